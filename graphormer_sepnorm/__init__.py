@@ -1,0 +1,21 @@
+"""Graphormer for molecular property prediction, with SepNorm on the graph token."""
+
+from graphormer_sepnorm.data import (
+    AddShortestPaths,
+    GraphormerBatch,
+    GraphormerCollator,
+    add_shortest_paths,
+)
+from graphormer_sepnorm.nn import Graphormer, SepNorm, ShareNorm
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AddShortestPaths",
+    "Graphormer",
+    "GraphormerBatch",
+    "GraphormerCollator",
+    "SepNorm",
+    "ShareNorm",
+    "add_shortest_paths",
+]

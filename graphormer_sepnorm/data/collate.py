@@ -1,0 +1,194 @@
+"""Collate PyG graphs into the padded batch Graphormer consumes.
+
+Pair quantities (distances, edge paths) are kept as flat lists over the real node pairs of the
+batch, ``P = sum_g N_g^2`` of them, never as ``[B, N, N, hops, F]`` blocks, and each shortest
+path is a list of its actual hops: padding and a ``hops`` axis would otherwise dominate memory
+for batches mixing small and large molecules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from graphormer_sepnorm.data.transform import AddShortestPaths
+
+_add_spd = AddShortestPaths()
+
+
+@dataclass
+class GraphormerBatch:
+    """A batch of ``B`` graphs padded to ``N`` nodes (position 0 is left for the graph token).
+
+    Attributes:
+        x: ``[T, F_node]`` long atom features of the ``T`` atoms of the batch.
+        degree: ``[T]`` long in-degree of each atom.
+        node_slot: ``[T]`` long position of each atom in the flattened ``[B, N]`` grid.
+        node_mask: ``[B, N]`` bool, true for real atoms.
+        edge_attr: ``[E, F_edge]`` long features of the batch's directed edges.
+        pair_slot: ``[P]`` long position of each real pair ``(i, j)`` in the flattened
+            ``[B, N, N]`` grid.
+        pair_spd: ``[P]`` long hop distance of each pair, ``-1`` when unreachable.
+        hop_pair: ``[M]`` long: for each hop of each kept shortest path, its pair (index into
+            the ``P`` pairs). A pair at distance ``d`` has ``min(d, K)`` hops.
+        hop_index: ``[M]`` long: which hop it is, 0 for the edge next to ``i``.
+        hop_edge: ``[M]`` long: the edge taken at that hop (row of ``edge_attr``).
+        y: ``[B, num_tasks]`` float targets, or ``None``.
+    """
+
+    x: Tensor
+    degree: Tensor
+    node_slot: Tensor
+    node_mask: Tensor
+    edge_attr: Tensor
+    pair_slot: Tensor
+    pair_spd: Tensor
+    hop_pair: Tensor
+    hop_index: Tensor
+    hop_edge: Tensor
+    y: Tensor | None = None
+
+    @property
+    def num_graphs(self) -> int:
+        """Number of graphs ``B``."""
+        return self.node_mask.shape[0]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphormerBatch:
+        """Returns a copy with every tensor moved to ``device``."""
+        return GraphormerBatch(
+            **{
+                f.name: None if (v := getattr(self, f.name)) is None
+                else v.to(device, non_blocking=non_blocking)
+                for f in fields(self)
+            }
+        )
+
+    def pin_memory(self) -> GraphormerBatch:
+        """Pins every tensor (used by ``DataLoader(pin_memory=True)``)."""
+        return GraphormerBatch(
+            **{
+                f.name: None if (v := getattr(self, f.name)) is None else v.pin_memory()
+                for f in fields(self)
+            }
+        )
+
+
+def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For counts ``c_g``: the owner ``g`` and the local index ``0..c_g-1`` of every element."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    starts = np.cumsum(counts) - counts
+    return owner, np.arange(len(owner)) - starts[owner]
+
+
+def _first_hop_edges(
+    edge_index: np.ndarray, edge_graph: np.ndarray, n: np.ndarray, pair_ptr: np.ndarray,
+    spd: np.ndarray,
+) -> np.ndarray:
+    """For every pair ``(i, j)``: an edge ``i -> v`` that starts a shortest path to ``j``.
+
+    An edge ``u -> v`` starts a shortest path from ``u`` to ``j`` exactly when
+    ``spd[v, j] == spd[u, j] - 1``. Candidates are written in increasing edge order and numpy keeps
+    the last write of a repeated index, so the largest such edge id is taken: deterministic.
+    Returns ``[P]`` edge ids, ``-1`` where none exists (``i == j`` or unreachable).
+    """
+    edge_rep, j = _ranges(n[edge_graph])
+    g = edge_graph[edge_rep]
+    base = pair_ptr[g] + j
+    from_u = base + edge_index[0, edge_rep] * n[g]
+    d_from_u = spd[from_u]
+    d_from_v = spd[base + edge_index[1, edge_rep] * n[g]]
+    starts_path = (d_from_u >= 1) & (d_from_v == d_from_u - 1)
+    first = np.full(len(spd), -1, dtype=np.int64)
+    first[from_u[starts_path]] = edge_rep[starts_path]
+    return first
+
+
+def _walk_paths(spd: np.ndarray, max_hops: int, first: np.ndarray, successor: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The hops of one shortest path per pair, up to ``max_hops`` each.
+
+    ``successor[p]`` is the pair ``(v, j)`` reached from pair ``p = (i, j)`` by its first edge
+    ``first[p] = (i -> v)``. Returns ``(hop_pair, hop_index, hop_edge)``, grouped by hop.
+    """
+    pair = np.flatnonzero(spd >= 1)
+    hop_pair, hop_index, hop_edge = [], [], []
+    cur = pair
+    for k in range(max_hops):
+        alive = spd[pair] > k
+        pair, cur = pair[alive], cur[alive]
+        hop_pair.append(pair)
+        hop_index.append(np.full(len(pair), k, dtype=np.int64))
+        hop_edge.append(first[cur])
+        cur = successor[cur]
+    if not hop_pair:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    return np.concatenate(hop_pair), np.concatenate(hop_index), np.concatenate(hop_edge)
+
+
+class GraphormerCollator:
+    """Turns a list of PyG ``Data`` into a :class:`GraphormerBatch`.
+
+    Each graph needs ``x`` (``[N]`` or ``[N, F_node]`` long), ``edge_index`` and ``edge_attr``
+    (``[E]`` or ``[E, F_edge]`` long); ``spd`` from :class:`AddShortestPaths` is computed on the
+    fly when missing; ``y`` is optional.
+
+    Args:
+        multi_hop_max_dist: ``K``, how many hops of each shortest path to keep. Default: 20.
+    """
+
+    def __init__(self, multi_hop_max_dist: int = 20) -> None:
+        if multi_hop_max_dist < 1:
+            raise ValueError("multi_hop_max_dist must be at least 1")
+        self.multi_hop_max_dist = multi_hop_max_dist
+
+    def __call__(self, graphs: Sequence[Data]) -> GraphormerBatch:
+        """Collates ``graphs`` (a list of PyG ``Data``)."""
+        graphs = [g if "spd" in g else _add_spd(g.clone()) for g in graphs]
+        n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
+        max_nodes = int(n.max())
+        node_graph, node_local = _ranges(n)
+        pair_graph, pair_local = _ranges(n * n)
+        pair_ptr = np.cumsum(n * n) - n * n
+        edge_graph, _ = _ranges(np.array([g.edge_index.shape[1] for g in graphs], dtype=np.int64))
+        # edge_index stays in graph-local node ids: pair lookups need local ids.
+        edge_index = torch.cat([g.edge_index for g in graphs], 1).numpy().astype(np.int64)
+        spd = torch.cat([g.spd for g in graphs]).numpy().astype(np.int64)
+        pair_n = n[pair_graph]
+        pair_i, pair_j = pair_local // pair_n, pair_local % pair_n
+        first = _first_hop_edges(edge_index, edge_graph, n, pair_ptr, spd)
+        successor = np.where(first >= 0, pair_ptr[pair_graph] + edge_index[1, first] * pair_n
+                             + pair_j, np.arange(len(spd)))
+        hop_pair, hop_index, hop_edge = _walk_paths(
+            spd, min(self.multi_hop_max_dist, int(spd.max(initial=0))), first, successor)
+        node_ptr = np.cumsum(n) - n
+        degree = np.bincount(edge_index[1] + node_ptr[edge_graph], minlength=len(node_graph))
+        t = torch.from_numpy
+        return GraphormerBatch(
+            x=_as_2d(torch.cat([g.x for g in graphs])),
+            degree=t(degree),
+            node_slot=t(node_graph * max_nodes + node_local),
+            node_mask=t(np.arange(max_nodes)[None, :] < n[:, None]),
+            edge_attr=_as_2d(torch.cat([g.edge_attr for g in graphs])),
+            pair_slot=t((pair_graph * max_nodes + pair_i) * max_nodes + pair_j),
+            pair_spd=t(spd),
+            hop_pair=t(hop_pair),
+            hop_index=t(hop_index),
+            hop_edge=t(hop_edge),
+            y=_stack_targets(graphs),
+        )
+
+
+def _as_2d(t: Tensor) -> Tensor:
+    return (t.unsqueeze(-1) if t.dim() == 1 else t).long()
+
+
+def _stack_targets(graphs: Sequence[Data]) -> Tensor | None:
+    if any(getattr(g, "y", None) is None for g in graphs):
+        return None
+    return torch.cat([g.y.reshape(1, -1) for g in graphs]).float()

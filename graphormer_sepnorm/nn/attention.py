@@ -1,0 +1,57 @@
+"""Multi-head self-attention with an additive per-head bias."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphormer_sepnorm.nn.dropout import dropout
+
+
+class BiasedMultiheadAttention(nn.Module):
+    """Self-attention whose scores get an additive bias ``[B, H, L, L]`` before the softmax.
+
+    Uses ``F.scaled_dot_product_attention`` (fused kernels on CPU and GPU; the float bias is
+    differentiable). With ``need_weights`` the scores are computed explicitly so the attention
+    probabilities can be returned, e.g. for plotting the graph token's attention to atoms.
+
+    Args:
+        dim: model size ``D``.
+        num_heads: ``H``; must divide ``D``.
+        dropout: dropout on the attention probabilities. Default: 0.0.
+
+    Shapes:
+        ``x`` ``[B, L, D]``, ``bias`` ``[B, H, L, L]`` -> ``[B, L, D]`` and, with
+        ``need_weights``, the probabilities ``[B, H, L, L]``.
+    """
+
+    def __init__(self, dim: int, num_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"hidden size {dim} is not divisible by {num_heads} heads")
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, bias: Tensor,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Attends; see the class docstring for shapes."""
+        b, length, dim = x.shape
+        q, k, v = self.qkv(x).view(b, length, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        weights = None
+        if need_weights or (self.training and self.dropout > 0):
+            # Explicit scores: SDPA's dropout path falls back to an unfused kernel anyway, and
+            # this one uses the cheap CPU dropout mask.
+            head_dim = q.shape[-1]
+            scores = torch.baddbmm(bias.reshape(-1, length, length),
+                                   q.reshape(-1, length, head_dim),
+                                   k.reshape(-1, length, head_dim).transpose(1, 2),
+                                   alpha=head_dim**-0.5)
+            probs = scores.softmax(-1).view(b, self.num_heads, length, length)
+            weights = probs if need_weights else None
+            out = dropout(probs, self.dropout, self.training) @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+        return self.out(out.transpose(1, 2).reshape(b, length, dim)), weights

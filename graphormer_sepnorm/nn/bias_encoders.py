@@ -1,0 +1,149 @@
+"""Encoders of atom pairs into per-head attention biases, and their sum with the graph token."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
+
+EdgeEncoding = Literal["multi_hop", "simple"]
+
+
+class SpatialEncoder(nn.Module):
+    """One learned scalar per head for each shortest-path distance.
+
+    Args:
+        num_heads: ``H``.
+        max_distance: distances above it share its bucket. Default: 64.
+
+    Unreachable pairs (distance ``-1``, atoms of different fragments) get a bucket of their own,
+    so attention between fragments is learned, never blocked.
+
+    Shapes:
+        ``spd`` ``[P]`` long -> ``[P, H]``.
+    """
+
+    def __init__(self, num_heads: int, max_distance: int = 64) -> None:
+        super().__init__()
+        self.max_distance = max_distance
+        self.embedding = nn.Embedding(max_distance + 2, num_heads)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, 0.02) initialization, as in Graphormer."""
+        nn.init.normal_(self.embedding.weight, std=0.02)
+
+    def forward(self, spd: Tensor) -> Tensor:
+        """Per-head bias of each pair."""
+        bucket = torch.where(spd < 0, self.max_distance + 1, spd.clamp(max=self.max_distance))
+        return self.embedding(bucket)
+
+
+class EdgePathEncoder(nn.Module):
+    """Graphormer's edge encoding along shortest paths.
+
+    ``multi_hop``: each edge is embedded per head (mean over its feature columns), hop ``k`` of
+    the path is multiplied by its own learned ``H x H`` matrix, and the hops are summed and divided
+    by the path length (capped at ``K``). The matrices are folded into a ``[E * K, H]`` table
+    first, so each hop is one row gathered from it and summed into its pair: nothing of size
+    ``[pairs, K, H]`` is materialized, and work is proportional to the hops that exist.
+    ``simple``: only directly bonded pairs get their bond's embedding.
+
+    Args:
+        edge_feature_dims: number of values of each edge-feature column.
+        num_heads: ``H``.
+        multi_hop_max_dist: ``K``, hops of each path that count. Default: 20.
+        encoding: ``'multi_hop'`` (default) or ``'simple'``.
+
+    Shapes:
+        ``edge_attr`` ``[E, F_edge]``; the hop lists ``hop_edge``, ``hop_index``, ``hop_pair``
+        ``[M]`` (see :class:`~graphormer_sepnorm.data.collate.GraphormerBatch`); ``spd`` ``[P]``
+        -> ``[P, H]``.
+    """
+
+    def __init__(self, edge_feature_dims: Sequence[int], num_heads: int,
+                 multi_hop_max_dist: int = 20, encoding: EdgeEncoding = "multi_hop") -> None:
+        super().__init__()
+        if encoding not in ("multi_hop", "simple"):
+            raise ValueError(f"unknown edge encoding {encoding!r}")
+        self.encoding = encoding
+        self.multi_hop_max_dist = multi_hop_max_dist
+        self.edge_embedding = FeatureEmbedding(edge_feature_dims, num_heads, mode="mean")
+        self.hop_weight = nn.Parameter(torch.empty(multi_hop_max_dist, num_heads, num_heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, 0.02) initialization, as in Graphormer."""
+        self.edge_embedding.reset_parameters()
+        nn.init.normal_(self.hop_weight, std=0.02)
+
+    def forward(self, edge_attr: Tensor, hop_edge: Tensor, hop_index: Tensor, hop_pair: Tensor,
+                spd: Tensor) -> Tensor:
+        """Edge bias of every pair; see the class docstring for shapes."""
+        k = self.multi_hop_max_dist
+        edges = self.edge_embedding(edge_attr)  # [E, H]
+        heads = edges.shape[1]
+        out = edges.new_zeros(len(spd), heads)
+        if self.encoding == "simple":
+            direct = spd[hop_pair] == 1
+            return out.index_add(0, hop_pair[direct], edges[hop_edge[direct]])
+        used = hop_index < k
+        table = torch.einsum("eh,khg->ekg", edges, self.hop_weight).reshape(-1, heads)
+        hops = table.index_select(0, hop_edge[used] * k + hop_index[used])
+        out = out.index_add(0, hop_pair[used], hops)
+        return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
+
+
+class AttentionBias(nn.Module):
+    """The full attention bias of a batch, computed once and shared by every layer.
+
+    Spatial bias plus edge bias on atom pairs, a learned per-head "virtual distance" on the graph
+    token's row and column, and ``-inf`` on padded keys. Padded query rows still see the graph
+    token, so no row is all ``-inf`` and softmax never yields NaN.
+
+    Args:
+        num_heads: ``H``.
+        edge_feature_dims: see :class:`EdgePathEncoder`.
+        max_distance: see :class:`SpatialEncoder`.
+        multi_hop_max_dist: see :class:`EdgePathEncoder`.
+        edge_encoding: see :class:`EdgePathEncoder`.
+
+    Shapes:
+        output ``[B, H, 1 + N, 1 + N]``.
+    """
+
+    def __init__(self, num_heads: int, edge_feature_dims: Sequence[int], max_distance: int = 64,
+                 multi_hop_max_dist: int = 20, edge_encoding: EdgeEncoding = "multi_hop") -> None:
+        super().__init__()
+        self.spatial = SpatialEncoder(num_heads, max_distance)
+        self.edge = EdgePathEncoder(edge_feature_dims, num_heads, multi_hop_max_dist,
+                                    edge_encoding)
+        self.virtual_distance = nn.Parameter(torch.empty(num_heads))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Re-initializes the encoders and the virtual distance."""
+        self.spatial.reset_parameters()
+        self.edge.reset_parameters()
+        nn.init.normal_(self.virtual_distance, std=0.02)
+
+    def forward(self, batch: GraphormerBatch) -> Tensor:
+        """Bias for ``batch``, ``[B, H, 1 + N, 1 + N]``."""
+        b, n = batch.node_mask.shape
+        pair = self.spatial(batch.pair_spd) + self.edge(
+            batch.edge_attr, batch.hop_edge, batch.hop_index, batch.hop_pair, batch.pair_spd)
+        heads = pair.shape[1]
+        bias = pair.new_zeros(b * n * n, heads).index_copy(0, batch.pair_slot, pair)
+        bias = F.pad(bias.view(b, n, n, heads), (0, 0, 1, 0, 1, 0))  # room for the graph token
+        token_edge = torch.zeros(n + 1, n + 1, 1, dtype=torch.bool, device=bias.device)
+        token_edge[0] = token_edge[:, 0] = True
+        bias = bias + token_edge * self.virtual_distance
+        keys = F.pad(batch.node_mask, (1, 0), value=True)
+        bias = bias.masked_fill(~keys[:, None, :, None], float("-inf"))
+        return bias.permute(0, 3, 1, 2).contiguous()

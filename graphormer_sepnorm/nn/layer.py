@@ -1,0 +1,50 @@
+"""One pre-LN Graphormer layer with pluggable norms."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
+from graphormer_sepnorm.nn.dropout import Dropout
+
+
+class GraphormerLayer(nn.Module):
+    """``x + Attn(norm_attn(x))`` then ``x + FFN(norm_ffn(x))`` (pre-LN, as Graphormer v1).
+
+    The norms are built by the caller (a :class:`~graphormer_sepnorm.nn.sepnorm.SepNorm` or
+    :class:`~graphormer_sepnorm.nn.sepnorm.ShareNorm`); both take ``(x, node_mask)``.
+
+    Args:
+        dim: model size ``D``.
+        ffn_dim: hidden size of the feed-forward block.
+        num_heads: attention heads ``H``.
+        attn_norm: norm before attention.
+        ffn_norm: norm before the feed-forward block.
+        dropout: dropout on each block's output. Default: 0.1.
+        attention_dropout: dropout on attention probabilities. Default: 0.1.
+        activation_dropout: dropout after the GELU. Default: 0.1.
+
+    Shapes:
+        ``x`` ``[B, 1 + N, D]``, ``bias`` ``[B, H, 1 + N, 1 + N]``, ``node_mask`` ``[B, N]``.
+    """
+
+    def __init__(self, dim: int, ffn_dim: int, num_heads: int, attn_norm: nn.Module,
+                 ffn_norm: nn.Module, dropout: float = 0.1, attention_dropout: float = 0.1,
+                 activation_dropout: float = 0.1) -> None:
+        super().__init__()
+        self.attn_norm = attn_norm
+        self.attention = BiasedMultiheadAttention(dim, num_heads, attention_dropout)
+        self.ffn_norm = ffn_norm
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, ffn_dim), nn.GELU(), Dropout(activation_dropout),
+            nn.Linear(ffn_dim, dim),
+        )
+        self.dropout = Dropout(dropout)
+
+    def forward(self, x: Tensor, bias: Tensor, node_mask: Tensor,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Returns the updated ``x`` and, with ``need_weights``, the attention probabilities."""
+        attended, weights = self.attention(self.attn_norm(x, node_mask), bias, need_weights)
+        x = x + self.dropout(attended)
+        x = x + self.dropout(self.ffn(self.ffn_norm(x, node_mask)))
+        return x, weights

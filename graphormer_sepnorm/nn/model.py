@@ -1,0 +1,134 @@
+"""Graphormer with SepNorm: the full model, usable as a plain ``nn.Module``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.nn.bias_encoders import AttentionBias, EdgeEncoding
+from graphormer_sepnorm.nn.dropout import Dropout
+from graphormer_sepnorm.nn.layer import GraphormerLayer
+from graphormer_sepnorm.nn.node_encoders import AtomEncoder, DegreeEncoder
+from graphormer_sepnorm.nn.sepnorm import NormKind, NormSite, build_norm
+
+NORM_SITES: tuple[NormSite, ...] = ("attn", "ffn", "final")
+
+
+class Graphormer(nn.Module):
+    """Graphormer (Ying et al., 2021), pre-LN, with SepNorm on the graph token.
+
+    Atoms are embedded (features + degree), a learned graph token is put at position 0, the layers
+    attend with a bias computed once per batch (spatial + edge + virtual distance), a final norm
+    follows, and a linear head reads the graph token out.
+
+    Args:
+        atom_feature_dims: values per atom-feature column (ZINC: ``[28]``; OGB: 9 columns).
+        edge_feature_dims: values per bond-feature column (ZINC: ``[4]``; OGB: 3 columns).
+        num_tasks: outputs of the head. Default: 1.
+        num_layers: Default: 12.
+        hidden_dim: ``D``. Default: 80.
+        ffn_dim: Default: 80.
+        num_heads: ``H``. Default: 8.
+        dropout: on embeddings and block outputs. Default: 0.1.
+        attention_dropout: Default: 0.1.
+        activation_dropout: Default: 0.1.
+        max_degree: Default: 64.
+        max_distance: largest distance with its own spatial bucket. Default: 64.
+        multi_hop_max_dist: hops of each shortest path used by the edge encoder. Default: 20.
+        edge_encoding: ``'multi_hop'`` (default) or ``'simple'``.
+        sepnorm: SepNorm (true, default) or ShareNorm (one LayerNorm everywhere).
+        cls_norm: SepNorm's norm for the graph token. Default: ``'batch'``.
+        tok_norm: SepNorm's norm for the atoms. Default: ``'layer'``.
+        sepnorm_sites: where SepNorm replaces ShareNorm: any of ``'attn'`` (before attention),
+            ``'ffn'`` (before the feed-forward block), ``'final'``. Default: all three.
+    """
+
+    def __init__(
+        self,
+        atom_feature_dims: Sequence[int],
+        edge_feature_dims: Sequence[int],
+        num_tasks: int = 1,
+        num_layers: int = 12,
+        hidden_dim: int = 80,
+        ffn_dim: int = 80,
+        num_heads: int = 8,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.1,
+        activation_dropout: float = 0.1,
+        max_degree: int = 64,
+        max_distance: int = 64,
+        multi_hop_max_dist: int = 20,
+        edge_encoding: EdgeEncoding = "multi_hop",
+        sepnorm: bool = True,
+        cls_norm: NormKind = "batch",
+        tok_norm: NormKind = "layer",
+        sepnorm_sites: Sequence[NormSite] = NORM_SITES,
+    ) -> None:
+        super().__init__()
+        unknown = set(sepnorm_sites) - set(NORM_SITES)
+        if unknown:
+            raise ValueError(f"unknown sepnorm sites {sorted(unknown)}; use {NORM_SITES}")
+
+        def norm(site: NormSite) -> nn.Module:
+            return build_norm(hidden_dim, sepnorm and site in sepnorm_sites, cls_norm, tok_norm)
+
+        self.atom_encoder = AtomEncoder(atom_feature_dims, hidden_dim)
+        self.degree_encoder = DegreeEncoder(hidden_dim, max_degree)
+        self.graph_token = nn.Parameter(torch.empty(hidden_dim))
+        self.attention_bias = AttentionBias(num_heads, edge_feature_dims, max_distance,
+                                            multi_hop_max_dist, edge_encoding)
+        self.input_dropout = Dropout(dropout)
+        self.layers = nn.ModuleList(
+            GraphormerLayer(hidden_dim, ffn_dim, num_heads, norm("attn"), norm("ffn"), dropout,
+                            attention_dropout, activation_dropout)
+            for _ in range(num_layers)
+        )
+        self.final_norm = norm("final")
+        self.head = nn.Linear(hidden_dim, num_tasks)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Graphormer's initialization: Normal(0, 0.02) weights, zero biases, unit norms."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=0.02)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, (nn.LayerNorm, nn.BatchNorm1d)):
+                module.reset_parameters()
+        self.atom_encoder.reset_parameters()
+        self.degree_encoder.reset_parameters()
+        self.attention_bias.reset_parameters()
+        nn.init.normal_(self.graph_token, std=0.02)
+
+    def encode(self, batch: GraphormerBatch,
+               need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """Runs the encoder.
+
+        Returns:
+            The normalized tokens ``[B, 1 + N, D]`` (position 0 is the graph token) and, with
+            ``need_weights``, each layer's attention probabilities ``[B, H, 1 + N, 1 + N]``.
+        """
+        b, n = batch.node_mask.shape
+        atoms = self.atom_encoder(batch.x) + self.degree_encoder(batch.degree)
+        grid = atoms.new_zeros(b * n, atoms.shape[1]).index_copy(0, batch.node_slot, atoms)
+        x = torch.cat([self.graph_token.expand(b, 1, -1).to(atoms.dtype),
+                       grid.view(b, n, -1)], dim=1)
+        x = self.input_dropout(x)
+        bias = self.attention_bias(batch).to(x.dtype)
+        weights: list[Tensor] = []
+        for layer in self.layers:
+            x, w = layer(x, bias, batch.node_mask, need_weights)
+            if w is not None:
+                weights.append(w)
+        return self.final_norm(x, batch.node_mask), weights
+
+    def embed(self, batch: GraphormerBatch) -> Tensor:
+        """Graph-token embeddings after the final norm, ``[B, D]``."""
+        return self.encode(batch)[0][:, 0]
+
+    def forward(self, batch: GraphormerBatch) -> Tensor:
+        """Predictions (logits for classification), ``[B, num_tasks]``."""
+        return self.head(self.embed(batch))
