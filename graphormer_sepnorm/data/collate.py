@@ -162,8 +162,10 @@ class GraphormerCollator:
         pair_n = n[pair_graph]
         pair_i, pair_j = pair_local // pair_n, pair_local % pair_n
         first = _first_hop_edges(edge_index, edge_graph, n, pair_ptr, spd)
-        successor = np.where(first >= 0, pair_ptr[pair_graph] + edge_index[1, first] * pair_n
-                             + pair_j, np.arange(len(spd)))
+        successor = np.arange(len(spd))  # a finished pair (j, j) is its own successor
+        has = first >= 0
+        successor[has] = (pair_ptr[pair_graph[has]] + edge_index[1, first[has]] * pair_n[has]
+                          + pair_j[has])
         hop_pair, hop_index, hop_edge = _walk_paths(
             spd, min(self.multi_hop_max_dist, int(spd.max(initial=0))), first, successor)
         node_ptr = np.cumsum(n) - n

@@ -1,0 +1,42 @@
+import pytest
+import torch
+
+from graphormer_sepnorm.nn.dropout import Dropout, dropout
+
+
+def test_keep_rate_and_scaling():
+    x = torch.ones(400_000)
+    out = dropout(x, 0.1)
+    kept = out != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.003
+    scale = 65536 / (65536 - round(0.1 * 65536))
+    assert torch.allclose(out[kept], torch.full_like(out[kept], scale))
+    assert abs(out.mean().item() - 1.0) < 0.005  # expectation preserved
+
+
+def test_masks_are_independent_across_slices_and_calls():
+    x = torch.ones(4096)
+    a, b = dropout(x, 0.5) != 0, dropout(x, 0.5) != 0
+    assert 0.4 < (a == b).float().mean() < 0.6
+    # neighbouring elements come from the same 64-bit word: they must still be uncorrelated
+    assert 0.4 < (a[0::4] == a[1::4]).float().mean() < 0.6
+
+
+def test_eval_identity_gradient_and_reproducibility():
+    layer = Dropout(0.3)
+    x = torch.randn(5, 7, requires_grad=True)
+    layer.eval()
+    assert layer(x) is x
+    layer.train()
+    torch.manual_seed(1)
+    out = layer(x)
+    out.sum().backward()
+    assert torch.equal(x.grad != 0, out != 0)
+    torch.manual_seed(1)
+    assert torch.equal(layer(x), out)
+
+
+def test_bounds():
+    assert torch.equal(dropout(torch.ones(10), 1.0), torch.zeros(10))
+    with pytest.raises(ValueError):
+        Dropout(1.5)
