@@ -35,23 +35,31 @@ class BiasedMultiheadAttention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, bias: Tensor,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Attends; see the class docstring for shapes."""
+    def forward(self, x: Tensor, bias: Tensor, need_weights: bool = False,
+                num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Attends; see the class docstring for shapes.
+
+        With ``num_queries`` only the first positions attend (keys and values are still all of
+        ``x``); the output is then ``[B, num_queries, D]``. The last layer needs only the graph
+        token when the model just predicts.
+        """
         b, length, dim = x.shape
         q, k, v = self.qkv(x).view(b, length, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        if num_queries is not None:
+            q, bias = q[:, :, :num_queries], bias[:, :, :num_queries]
+        queries = q.shape[2]
         weights = None
         if need_weights or (self.training and self.dropout > 0):
             # Explicit scores: SDPA's dropout path falls back to an unfused kernel anyway, and
             # this one uses the cheap CPU dropout mask.
             head_dim = q.shape[-1]
-            scores = torch.baddbmm(bias.reshape(-1, length, length),
-                                   q.reshape(-1, length, head_dim),
+            scores = torch.baddbmm(bias.reshape(-1, queries, length),
+                                   q.reshape(-1, queries, head_dim),
                                    k.reshape(-1, length, head_dim).transpose(1, 2),
                                    alpha=head_dim**-0.5)
-            probs = scores.softmax(-1).view(b, self.num_heads, length, length)
+            probs = scores.softmax(-1).view(b, self.num_heads, queries, length)
             weights = probs if need_weights else None
             out = dropout(probs, self.dropout, self.training) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
-        return self.out(out.transpose(1, 2).reshape(b, length, dim)), weights
+        return self.out(out.transpose(1, 2).reshape(b, queries, dim)), weights

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
@@ -139,11 +138,14 @@ class AttentionBias(nn.Module):
         pair = self.spatial(batch.pair_spd) + self.edge(
             batch.edge_attr, batch.hop_edge, batch.hop_index, batch.hop_pair, batch.pair_spd)
         heads = pair.shape[1]
-        bias = pair.new_zeros(b * n * n, heads).index_copy(0, batch.pair_slot, pair)
-        bias = F.pad(bias.view(b, n, n, heads), (0, 0, 1, 0, 1, 0))  # room for the graph token
-        token_edge = torch.zeros(n + 1, n + 1, 1, dtype=torch.bool, device=bias.device)
-        token_edge[0] = token_edge[:, 0] = True
-        bias = bias + token_edge * self.virtual_distance
-        keys = F.pad(batch.node_mask, (1, 0), value=True)
-        bias = bias.masked_fill(~keys[:, None, :, None], float("-inf"))
-        return bias.permute(0, 3, 1, 2).contiguous()
+        # Graph-token row and column get the virtual distance, padded keys -inf; then the pairs
+        # are written in place. Built directly in [B, H, L, L] so no permuted copy is needed.
+        token_edge = torch.zeros(n + 1, n + 1, dtype=pair.dtype, device=pair.device)
+        token_edge[0] = token_edge[:, 0] = 1
+        keys = torch.zeros(b, n + 1, dtype=pair.dtype, device=pair.device)
+        keys[:, 1:].masked_fill_(~batch.node_mask, float("-inf"))
+        bias = keys[:, None, None, :] + token_edge * self.virtual_distance.view(heads, 1, 1)
+        slot = batch.pair_slot
+        graph, i, j = slot // (n * n), slot // n % n + 1, slot % n + 1
+        bias[graph, :, i, j] = pair
+        return bias

@@ -24,8 +24,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return F.dropout(x, p, training)
     drop_levels = round(p * _LEVELS)
     words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
-    keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= drop_levels - _LEVELS // 2
-    return x * keep.to(x.dtype) * (_LEVELS / (_LEVELS - drop_levels))
+    drop = words.view(torch.int16)[: x.numel()].view(x.shape) < drop_levels - _LEVELS // 2
+    # masked_fill keeps a bool mask for backward, a quarter of a float mask's memory
+    return x.masked_fill(drop, 0.0).mul_(_LEVELS / (_LEVELS - drop_levels))
 
 
 class Dropout(nn.Module):

@@ -41,10 +41,17 @@ class GraphormerLayer(nn.Module):
         )
         self.dropout = Dropout(dropout)
 
-    def forward(self, x: Tensor, bias: Tensor, node_mask: Tensor,
-                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Returns the updated ``x`` and, with ``need_weights``, the attention probabilities."""
-        attended, weights = self.attention(self.attn_norm(x, node_mask), bias, need_weights)
+    def forward(self, x: Tensor, bias: Tensor, node_mask: Tensor, need_weights: bool = False,
+                graph_token_only: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Returns the updated ``x`` and, with ``need_weights``, the attention probabilities.
+
+        With ``graph_token_only`` only position 0 is updated and returned (``[B, 1, D]``).
+        """
+        num_queries = 1 if graph_token_only else None
+        attended, weights = self.attention(self.attn_norm(x, node_mask), bias, need_weights,
+                                           num_queries)
+        if graph_token_only:
+            x, node_mask = x[:, :1], node_mask[:, :0]
         x = x + self.dropout(attended)
         x = x + self.dropout(self.ffn(self.ffn_norm(x, node_mask)))
         return x, weights

@@ -103,9 +103,15 @@ class Graphormer(nn.Module):
         self.attention_bias.reset_parameters()
         nn.init.normal_(self.graph_token, std=0.02)
 
-    def encode(self, batch: GraphormerBatch,
-               need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+    def encode(self, batch: GraphormerBatch, need_weights: bool = False,
+               graph_token_only: bool = False) -> tuple[Tensor, list[Tensor]]:
         """Runs the encoder.
+
+        Args:
+            batch: the collated graphs.
+            need_weights: also return each layer's attention probabilities.
+            graph_token_only: skip the last layer's work on atoms, whose outputs reach nothing
+                but the atom embeddings themselves; tokens are then ``[B, 1, D]``.
 
         Returns:
             The normalized tokens ``[B, 1 + N, D]`` (position 0 is the graph token) and, with
@@ -119,15 +125,17 @@ class Graphormer(nn.Module):
         x = self.input_dropout(x)
         bias = self.attention_bias(batch).to(x.dtype)
         weights: list[Tensor] = []
-        for layer in self.layers:
-            x, w = layer(x, bias, batch.node_mask, need_weights)
+        node_mask = batch.node_mask
+        for index, layer in enumerate(self.layers):
+            last = graph_token_only and index == len(self.layers) - 1
+            x, w = layer(x, bias, node_mask, need_weights, graph_token_only=last)
             if w is not None:
                 weights.append(w)
-        return self.final_norm(x, batch.node_mask), weights
+        return self.final_norm(x, node_mask[:, : x.shape[1] - 1]), weights
 
     def embed(self, batch: GraphormerBatch) -> Tensor:
         """Graph-token embeddings after the final norm, ``[B, D]``."""
-        return self.encode(batch)[0][:, 0]
+        return self.encode(batch, graph_token_only=True)[0][:, 0]
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions (logits for classification), ``[B, num_tasks]``."""

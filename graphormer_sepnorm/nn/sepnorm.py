@@ -94,13 +94,13 @@ class SepNorm(nn.Module):
 
     def forward(self, x: Tensor, node_mask: Tensor | None = None) -> Tensor:
         """Normalizes ``x``; see the class docstring for shapes."""
-        if isinstance(self.tok_norm, MaskedBatchNorm):
+        if isinstance(self.tok_norm, MaskedBatchNorm) and x.shape[1] > 1:
             atoms = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
             atoms[:, 0] = False
             if node_mask is not None:
                 atoms[:, 1:] = node_mask
             out = self.tok_norm(x, atoms)
-        elif isinstance(self.tok_norm, nn.Identity):
+        elif isinstance(self.tok_norm, (nn.Identity, MaskedBatchNorm)):
             out = x.clone()
         else:
             # Position 0 goes through the token norm too and is then overwritten: cheaper than

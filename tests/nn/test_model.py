@@ -111,3 +111,13 @@ def test_wrong_number_of_feature_columns_is_reported():
     data.x = data.x[:, :1]
     with pytest.raises(ValueError, match="feature columns"):
         model(collate([data]))
+
+
+@pytest.mark.parametrize("tok_norm", ["layer", "batch"])
+def test_graph_token_only_shortcut_equals_the_full_encoder(tok_norm):
+    model = trained_statistics(small_model(tok_norm=tok_norm))
+    batch = collate([random_graph(n, s, p=0.3) for s, n in enumerate([5, 9, 3])])
+    with torch.no_grad():
+        tokens, _ = model.encode(batch)
+        torch.testing.assert_close(model.embed(batch), tokens[:, 0], atol=1e-5, rtol=1e-5)
+    assert tokens.shape == (3, 10, 16)
