@@ -8,7 +8,6 @@ PIP := $(BIN)/pip install -c constraints.txt
 
 $(BIN)/activate: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) --upgrade pip
 	$(PIP) -e '.[dev]'
 	touch $(BIN)/activate
 
