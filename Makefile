@@ -14,7 +14,7 @@ $(BIN)/activate: pyproject.toml constraints.txt
 venv: $(BIN)/activate
 
 lint: venv
-	$(BIN)/ruff check graphormer_sepnorm tests benchmarks
+	$(BIN)/ruff check .
 
 test: lint
 	OMP_NUM_THREADS=2 $(BIN)/pytest -q
