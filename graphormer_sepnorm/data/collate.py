@@ -96,13 +96,14 @@ def _first_hop_edges(
     the last write of a repeated index, so the largest such edge id is taken: deterministic.
     Returns ``[P]`` edge ids, ``-1`` where none exists (``i == j`` or unreachable).
     """
-    edge_rep, j = _ranges(n[edge_graph])
-    g = edge_graph[edge_rep]
-    base = pair_ptr[g] + j
-    from_u = base + edge_index[0, edge_rep] * n[g]
+    edge_n = n[edge_graph]
+    edge_rep, j = _ranges(edge_n)
+    # pair (u, j) of edge u -> v sits at row_u + j; likewise (v, j)
+    row_u = np.repeat(pair_ptr[edge_graph] + edge_index[0] * edge_n, edge_n)
+    row_v = np.repeat(pair_ptr[edge_graph] + edge_index[1] * edge_n, edge_n)
+    from_u = row_u + j
     d_from_u = spd[from_u]
-    d_from_v = spd[base + edge_index[1, edge_rep] * n[g]]
-    starts_path = (d_from_u >= 1) & (d_from_v == d_from_u - 1)
+    starts_path = (d_from_u >= 1) & (spd[row_v + j] == d_from_u - 1)
     first = np.full(len(spd), -1, dtype=np.int64)
     first[from_u[starts_path]] = edge_rep[starts_path]
     return first
@@ -113,22 +114,22 @@ def _walk_paths(spd: np.ndarray, max_hops: int, first: np.ndarray, successor: np
     """The hops of one shortest path per pair, up to ``max_hops`` each.
 
     ``successor[p]`` is the pair ``(v, j)`` reached from pair ``p = (i, j)`` by its first edge
-    ``first[p] = (i -> v)``. Returns ``(hop_pair, hop_index, hop_edge)``, grouped by hop.
+    ``first[p] = (i -> v)``. Pairs are sorted by decreasing distance once, so the pairs still
+    walking at hop ``k`` are a prefix. Returns ``(hop_pair, hop_index, hop_edge)``, by hop.
     """
     pair = np.flatnonzero(spd >= 1)
-    hop_pair, hop_index, hop_edge = [], [], []
-    cur = pair
+    pair = pair[np.argsort(-spd[pair].astype(np.int16), kind="stable")]
+    # walking[k]: how many pairs have a hop k, i.e. distance > k
+    walking = len(pair) - np.searchsorted(spd[pair][::-1], np.arange(max_hops), side="right")
+    hop_edge = np.empty(int(walking.sum()), dtype=np.int64)
+    cur, start = pair, 0
     for k in range(max_hops):
-        alive = spd[pair] > k
-        pair, cur = pair[alive], cur[alive]
-        hop_pair.append(pair)
-        hop_index.append(np.full(len(pair), k, dtype=np.int64))
-        hop_edge.append(first[cur])
+        cur = cur[: walking[k]]
+        hop_edge[start:start + walking[k]] = first[cur]
         cur = successor[cur]
-    if not hop_pair:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    return np.concatenate(hop_pair), np.concatenate(hop_index), np.concatenate(hop_edge)
+        start += walking[k]
+    hop_pair = np.concatenate([pair[:count] for count in walking]) if max_hops else pair[:0]
+    return hop_pair, np.repeat(np.arange(max_hops), walking), hop_edge
 
 
 class GraphormerCollator:
@@ -149,16 +150,19 @@ class GraphormerCollator:
 
     def __call__(self, graphs: Sequence[Data]) -> GraphormerBatch:
         """Collates ``graphs`` (a list of PyG ``Data``)."""
-        graphs = [g if "spd" in g else _add_spd(g.clone()) for g in graphs]
-        n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
+        graphs = [g if getattr(g, "spd", None) is not None else _add_spd(g.clone())
+                  for g in graphs]
+        spds = [g.spd for g in graphs]
+        edge_indices = [g.edge_index for g in graphs]
+        n = np.sqrt([len(d) for d in spds]).round().astype(np.int64)
         max_nodes = int(n.max())
         node_graph, node_local = _ranges(n)
         pair_graph, pair_local = _ranges(n * n)
         pair_ptr = np.cumsum(n * n) - n * n
-        edge_graph, _ = _ranges(np.array([g.edge_index.shape[1] for g in graphs], dtype=np.int64))
+        edge_graph, _ = _ranges(np.array([e.shape[1] for e in edge_indices], dtype=np.int64))
         # edge_index stays in graph-local node ids: pair lookups need local ids.
-        edge_index = torch.cat([g.edge_index for g in graphs], 1).numpy().astype(np.int64)
-        spd = torch.cat([g.spd for g in graphs]).numpy().astype(np.int64)
+        edge_index = torch.cat(edge_indices, 1).numpy().astype(np.int64)
+        spd = torch.cat(spds).numpy()  # int16: sorts by radix, below
         pair_n = n[pair_graph]
         pair_i, pair_j = pair_local // pair_n, pair_local % pair_n
         first = _first_hop_edges(edge_index, edge_graph, n, pair_ptr, spd)
@@ -178,7 +182,7 @@ class GraphormerCollator:
             node_mask=t(np.arange(max_nodes)[None, :] < n[:, None]),
             edge_attr=_as_2d(torch.cat([g.edge_attr for g in graphs])),
             pair_slot=t((pair_graph * max_nodes + pair_i) * max_nodes + pair_j),
-            pair_spd=t(spd),
+            pair_spd=t(spd).long(),
             hop_pair=t(hop_pair),
             hop_index=t(hop_index),
             hop_edge=t(hop_edge),
