@@ -24,9 +24,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return F.dropout(x, p, training)
     drop_levels = round(p * _LEVELS)
     words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
-    drop = words.view(torch.int16)[: x.numel()].view(x.shape) < drop_levels - _LEVELS // 2
-    # masked_fill keeps a bool mask for backward, a quarter of a float mask's memory
-    return x.masked_fill(drop, 0.0).mul_(_LEVELS / (_LEVELS - drop_levels))
+    keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= drop_levels - _LEVELS // 2
+    # a float mask and one multiply: masked_fill with a bool mask is 4x slower on the CPU
+    return x * keep.to(x.dtype).mul_(_LEVELS / (_LEVELS - drop_levels))
 
 
 class Dropout(nn.Module):
