@@ -49,9 +49,10 @@ class BiasedMultiheadAttention(nn.Module):
             q, bias = q[:, :, :num_queries], bias[:, :, :num_queries]
         queries = q.shape[2]
         weights = None
-        if need_weights or (self.training and self.dropout > 0):
-            # Explicit scores: SDPA's dropout path falls back to an unfused kernel anyway, and
-            # this one uses the cheap CPU dropout mask.
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights or (dropout_p > 0 and x.device.type == "cpu"):
+            # Explicit scores: on the CPU, SDPA's dropout path falls back to an unfused kernel
+            # anyway, and this one uses the cheap CPU dropout mask.
             head_dim = q.shape[-1]
             scores = torch.baddbmm(bias.reshape(-1, queries, length),
                                    q.reshape(-1, queries, head_dim),
@@ -61,5 +62,6 @@ class BiasedMultiheadAttention(nn.Module):
             weights = probs if need_weights else None
             out = dropout(probs, self.dropout, self.training) @ v
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype),
+                                                 dropout_p=dropout_p)
         return self.out(out.transpose(1, 2).reshape(b, queries, dim)), weights
