@@ -1,0 +1,73 @@
+"""Geometry of graph-token embeddings: spectrum, effective rank, uniformity.
+
+SepNorm's claim is that the [CLS] (graph token) embeddings collapse into fewer dimensions under a
+shared LayerNorm and spread more uniformly with their own BatchNorm. These functions measure
+that on any ``[n, d]`` set of embeddings.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def singular_values(embeddings: Tensor, center: bool = False) -> Tensor:
+    """Singular values of an ``[n, d]`` embedding matrix, in decreasing order.
+
+    Args:
+        embeddings: ``[n, d]``.
+        center: subtract the mean embedding first (the spectrum of the covariance, up to
+            scale). Default: false.
+
+    Returns:
+        ``[min(n, d)]`` float64.
+    """
+    z = embeddings.detach().double()
+    if center:
+        z = z - z.mean(0, keepdim=True)
+    return torch.linalg.svdvals(z)
+
+
+def effective_rank(embeddings: Tensor, center: bool = False) -> float:
+    """``exp`` of the entropy of the normalized singular values (Roy and Vetterli, 2007).
+
+    It is ``k`` for ``k`` orthogonal directions of equal strength and 1 for a single direction,
+    so identical embeddings have rank 1 and ``n`` orthonormal ones rank ``n``.
+
+    Args:
+        embeddings: ``[n, d]``.
+        center: see :func:`singular_values`. Default: false.
+
+    Returns:
+        The effective rank; 0.0 for an all-zero matrix.
+    """
+    s = singular_values(embeddings, center)
+    total = s.sum()
+    if total <= 0:
+        return 0.0
+    p = s / total
+    p = p[p > 0]
+    return math.exp(float(-(p * p.log()).sum()))
+
+
+def uniformity(embeddings: Tensor, t: float = 2.0) -> float:
+    """``log mean_{i != j} exp(-t ||z_i - z_j||^2)`` of L2-normalized embeddings.
+
+    From Wang and Isola (2020): lower means more uniform on the sphere. Two antipodal points give
+    ``-4t`` (-8 with the default ``t``); identical points give 0.
+
+    Args:
+        embeddings: ``[n, d]`` with ``n >= 2``.
+        t: temperature. Default: 2.
+
+    Returns:
+        The uniformity loss.
+    """
+    if embeddings.shape[0] < 2:
+        raise ValueError("uniformity needs at least two embeddings")
+    z = F.normalize(embeddings.detach().double(), dim=1)
+    sq_dist = torch.pdist(z).pow(2)
+    return float(torch.logsumexp(-t * sq_dist, 0) - math.log(len(sq_dist)))
