@@ -44,6 +44,8 @@ class Graphormer(nn.Module):
         tok_norm: SepNorm's norm for the atoms. Default: ``'layer'``.
         sepnorm_sites: where SepNorm replaces ShareNorm: any of ``'attn'`` (before attention),
             ``'ffn'`` (before the feed-forward block), ``'final'``. Default: all three.
+        sync_batch_norm: under DDP, normalize the graph token with the statistics of the global
+            batch (all processes), like ``SyncBatchNorm``. Default: true.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class Graphormer(nn.Module):
         cls_norm: NormKind = "batch",
         tok_norm: NormKind = "layer",
         sepnorm_sites: Sequence[NormSite] = NORM_SITES,
+        sync_batch_norm: bool = True,
     ) -> None:
         super().__init__()
         unknown = set(sepnorm_sites) - set(NORM_SITES)
@@ -73,7 +76,8 @@ class Graphormer(nn.Module):
             raise ValueError(f"unknown sepnorm sites {sorted(unknown)}; use {NORM_SITES}")
 
         def norm(site: NormSite) -> nn.Module:
-            return build_norm(hidden_dim, sepnorm and site in sepnorm_sites, cls_norm, tok_norm)
+            return build_norm(hidden_dim, sepnorm and site in sepnorm_sites, cls_norm, tok_norm,
+                              sync_batch_norm)
 
         self.atom_encoder = AtomEncoder(atom_feature_dims, hidden_dim)
         self.degree_encoder = DegreeEncoder(hidden_dim, max_degree)

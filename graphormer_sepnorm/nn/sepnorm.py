@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphormer_sepnorm.nn.distributed import global_batch_moments, is_distributed
+
 NormKind = Literal["batch", "layer", "none"]
 NormSite = Literal["attn", "ffn", "final"]
 
@@ -21,26 +23,56 @@ NormSite = Literal["attn", "ffn", "final"]
 class GraphTokenBatchNorm(nn.BatchNorm1d):
     """``BatchNorm1d`` over the graph tokens of a batch, ``[B, D] -> [B, D]``.
 
-    Two departures from plain ``BatchNorm1d``, both about robustness:
+    Three departures from plain ``BatchNorm1d``:
 
-    - A training batch of a single graph has no batch statistic (plain BatchNorm raises). It is
-      normalized with the running statistics instead, and the running statistics are left
+    - Under DDP (an initialized process group of several processes) the statistics are those of
+      the global batch, summed over processes, as ``SyncBatchNorm`` would give; ``sync=False``
+      keeps them per process.
+    - A training batch of a single graph (globally, under DDP) has no batch statistic (plain
+      BatchNorm raises). It is normalized with the running statistics instead, and they are left
       untouched, exactly as in eval mode. Last, odd-sized batches of an epoch therefore train.
     - Statistics are computed in float32 even under mixed precision, then cast back.
 
     In eval mode the running statistics are used, so a graph's output never depends on the other
     graphs of its batch.
+
+    Args:
+        num_features: ``D``.
+        eps: Default: 1e-5.
+        momentum: running-statistics momentum. Default: 0.1.
+        sync: synchronize statistics across DDP processes. Default: true.
     """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 sync: bool = True) -> None:
+        super().__init__(num_features, eps=eps, momentum=momentum)
+        self.sync = sync
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes ``x`` of shape ``[B, D]``."""
         with torch.autocast(x.device.type, enabled=False):
-            if self.training and x.shape[0] == 1 and self.track_running_stats:
-                out = F.batch_norm(x.float(), self.running_mean, self.running_var,
-                                   self.weight, self.bias, False, 0.0, self.eps)
+            x32 = x.float()
+            if self.training and self.sync and is_distributed():
+                out = self._global_batch_norm(x32)
+            elif self.training and x.shape[0] == 1:
+                out = self._running_norm(x32)
             else:
-                out = super().forward(x.float())
+                out = super().forward(x32)
         return out.to(x.dtype)
+
+    def _running_norm(self, x: Tensor) -> Tensor:
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            False, 0.0, self.eps)
+
+    def _global_batch_norm(self, x: Tensor) -> Tensor:
+        mean, var, count = global_batch_moments(x)
+        if count <= 1:
+            return self._running_norm(x)
+        with torch.no_grad():
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * (count / (count - 1)).to(var.dtype), self.momentum)
+            self.num_batches_tracked.add_(1)
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
 
 class MaskedBatchNorm(nn.BatchNorm1d):
@@ -56,9 +88,10 @@ class MaskedBatchNorm(nn.BatchNorm1d):
         return out
 
 
-def _cls_norm(kind: NormKind, dim: int, eps: float, momentum: float) -> nn.Module:
+def _cls_norm(kind: NormKind, dim: int, eps: float, momentum: float,
+              sync: bool = True) -> nn.Module:
     if kind == "batch":
-        return GraphTokenBatchNorm(dim, eps=eps, momentum=momentum)
+        return GraphTokenBatchNorm(dim, eps=eps, momentum=momentum, sync=sync)
     if kind == "layer":
         return nn.LayerNorm(dim, eps=eps)
     if kind == "none":
@@ -77,6 +110,8 @@ class SepNorm(nn.Module):
             the batch, padding excluded) or ``'none'``.
         eps: epsilon of both norms. Default: 1e-5.
         momentum: running-statistics momentum of BatchNorm. Default: 0.1.
+        sync: under DDP, the graph token's BatchNorm uses the statistics of the global batch.
+            Default: true. (``tok_norm='batch'`` is per process.)
 
     Shapes:
         ``x``: ``[B, 1 + N, D]``; ``node_mask``: ``[B, N]`` bool (true for real atoms).
@@ -84,9 +119,9 @@ class SepNorm(nn.Module):
     """
 
     def __init__(self, dim: int, cls_norm: NormKind = "batch", tok_norm: NormKind = "layer",
-                 eps: float = 1e-5, momentum: float = 0.1) -> None:
+                 eps: float = 1e-5, momentum: float = 0.1, sync: bool = True) -> None:
         super().__init__()
-        self.cls_norm = _cls_norm(cls_norm, dim, eps, momentum)
+        self.cls_norm = _cls_norm(cls_norm, dim, eps, momentum, sync)
         if tok_norm == "batch":
             self.tok_norm: nn.Module = MaskedBatchNorm(dim, eps=eps, momentum=momentum)
         else:
@@ -119,6 +154,6 @@ class ShareNorm(nn.LayerNorm):
 
 
 def build_norm(dim: int, sepnorm: bool, cls_norm: NormKind = "batch",
-               tok_norm: NormKind = "layer") -> nn.Module:
+               tok_norm: NormKind = "layer", sync: bool = True) -> nn.Module:
     """A :class:`SepNorm` when ``sepnorm`` is true, else a :class:`ShareNorm`."""
-    return SepNorm(dim, cls_norm, tok_norm) if sepnorm else ShareNorm(dim)
+    return SepNorm(dim, cls_norm, tok_norm, sync=sync) if sepnorm else ShareNorm(dim)
