@@ -11,6 +11,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import Tensor
 
 
@@ -71,3 +72,48 @@ def uniformity(embeddings: Tensor, t: float = 2.0) -> float:
     z = F.normalize(embeddings.detach().double(), dim=1)
     sq_dist = torch.pdist(z).pow(2)
     return float(torch.logsumexp(-t * sq_dist, 0) - math.log(len(sq_dist)))
+
+
+class GraphTokenDiagnostics(Callback):
+    """Logs ``val/cls_effective_rank`` and ``val/cls_uniformity`` after each validation epoch.
+
+    The graph-token embeddings of up to ``max_graphs`` validation graphs are collected with an
+    extra eval-mode forward pass per batch (``pl_module.model.embed``), gathered from every
+    process under DDP, and measured with :func:`effective_rank` and :func:`uniformity`.
+
+    Args:
+        max_graphs: embeddings kept per process. Default: 4096.
+        model_attr: attribute of the LightningModule holding the
+            :class:`~graphormer_sepnorm.nn.model.Graphormer`. Default: ``'model'``.
+    """
+
+    def __init__(self, max_graphs: int = 4096, model_attr: str = "model") -> None:
+        self.max_graphs = max_graphs
+        self.model_attr = model_attr
+        self._embeddings: list[Tensor] = []
+
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Starts a new collection."""
+        self._embeddings = []
+
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule,
+                                outputs: object, batch: object, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        """Embeds the batch's graphs while fewer than ``max_graphs`` are collected."""
+        if sum(len(e) for e in self._embeddings) >= self.max_graphs:
+            return
+        with torch.no_grad():
+            self._embeddings.append(getattr(pl_module, self.model_attr).embed(batch).float())
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Logs the two measures of the collected embeddings."""
+        if not self._embeddings or trainer.sanity_checking:
+            return
+        z = torch.cat(self._embeddings)[: self.max_graphs]
+        # all_gather needs equal shapes: every process keeps the smallest count
+        keep = int(pl_module.all_gather(torch.tensor(len(z), device=z.device)).min())
+        z = pl_module.all_gather(z[:keep]).reshape(-1, z.shape[-1])
+        if len(z) < 2:
+            return
+        pl_module.log("val/cls_effective_rank", effective_rank(z), sync_dist=False)
+        pl_module.log("val/cls_uniformity", uniformity(z), sync_dist=False)

@@ -41,3 +41,40 @@ def test_spread_embeddings_are_more_uniform_than_collapsed_ones():
     assert uniformity(spread) < uniformity(collapsed)
     assert effective_rank(spread) > 10 > 2 > effective_rank(collapsed)
     assert math.isfinite(uniformity(spread))
+
+
+def test_callback_logs_rank_and_uniformity_of_validation_embeddings(tmp_path):
+    import lightning.pytorch as pl
+    from graphs import ATOM_DIMS, BOND_DIMS, random_graph
+    from torch.utils.data import DataLoader
+
+    from graphormer_sepnorm.data import GraphormerCollator
+    from graphormer_sepnorm.diagnostics import GraphTokenDiagnostics
+    from graphormer_sepnorm.nn import Graphormer
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = Graphormer(ATOM_DIMS, BOND_DIMS, num_layers=1, hidden_dim=8,
+                                    ffn_dim=8, num_heads=2)
+
+        def training_step(self, batch, batch_idx):
+            return (self.model(batch) - batch.y).abs().mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.model(batch)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), 1e-3)
+
+    graphs = [random_graph(4 + i % 5, seed=i, p=0.4, y=float(i)) for i in range(12)]
+    loader = DataLoader(graphs, batch_size=4, collate_fn=GraphormerCollator())
+    callback = GraphTokenDiagnostics(max_graphs=10)
+    trainer = pl.Trainer(max_epochs=1, callbacks=[callback], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         default_root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer.fit(Module(), loader, loader)
+    metrics = trainer.callback_metrics
+    assert 1.0 <= float(metrics["val/cls_effective_rank"]) <= 8.0
+    assert -4.0 <= float(metrics["val/cls_uniformity"]) <= 0.0
+    assert sum(len(e) for e in callback._embeddings) == 12  # three batches; 10 are measured
