@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphormer_sepnorm.nn.attention_core import biased_attention
 from graphormer_sepnorm.nn.dropout import dropout
 
 
@@ -50,17 +51,22 @@ class BiasedMultiheadAttention(nn.Module):
         queries = q.shape[2]
         weights = None
         dropout_p = self.dropout if self.training else 0.0
-        if need_weights or (dropout_p > 0 and x.device.type == "cpu"):
-            # Explicit scores: on the CPU, SDPA's dropout path falls back to an unfused kernel
-            # anyway, and this one uses the cheap CPU dropout mask.
-            head_dim = q.shape[-1]
+        head_dim = q.shape[-1]
+        if need_weights:
             scores = torch.baddbmm(bias.reshape(-1, queries, length),
                                    q.reshape(-1, queries, head_dim),
                                    k.reshape(-1, length, head_dim).transpose(1, 2),
                                    alpha=head_dim**-0.5)
-            probs = scores.softmax(-1).view(b, self.num_heads, queries, length)
-            weights = probs if need_weights else None
-            out = dropout(probs, self.dropout, self.training) @ v
+            weights = scores.softmax(-1).view(b, self.num_heads, queries, length)
+            out = dropout(weights, dropout_p) @ v
+        elif dropout_p > 0 and x.device.type == "cpu":
+            # On the CPU, SDPA's dropout path falls back to an unfused kernel that keeps three
+            # score-sized tensors; this one keeps the probabilities and a bool mask.
+            out = biased_attention(q.reshape(-1, queries, head_dim),
+                                   k.reshape(-1, length, head_dim),
+                                   v.reshape(-1, length, head_dim),
+                                   bias.reshape(-1, queries, length), head_dim**-0.5, dropout_p)
+            out = out.view(b, self.num_heads, queries, head_dim)
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype),
                                                  dropout_p=dropout_p)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -9,24 +11,34 @@ from torch import Tensor, nn
 _LEVELS = 1 << 16
 
 
-def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """Inverted dropout; on the CPU the mask comes from 16-bit slices of 64-bit random words.
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> tuple[Tensor, float]:
+    """A CPU dropout mask from 16-bit slices of 64-bit random words, and its rescale factor.
 
     ``torch.bernoulli`` draws one random number per element and dominated CPU training time (a
     third of a Graphormer step). Four 16-bit slices of each 64-bit word give four independent
     uniform draws, so the mask costs a quarter of the generator calls. The drop probability is
-    rounded to a multiple of 2^-16 (0.1 becomes 0.100006) and outputs are rescaled by the exact
-    keep rate, so expectations are preserved. On other devices this is ``F.dropout``.
+    rounded to a multiple of 2^-16 (0.1 becomes 0.100006); the returned scale is the exact
+    inverse keep rate, so expectations are preserved.
+
+    Returns:
+        A bool mask (true = keep) of ``shape`` and ``1 / keep rate``.
     """
+    drop_levels = round(p * _LEVELS)
+    numel = math.prod(shape)
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+    keep = words.view(torch.int16)[:numel].view(shape) >= drop_levels - _LEVELS // 2
+    return keep, _LEVELS / (_LEVELS - drop_levels)
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Inverted dropout with the cheap CPU mask of :func:`keep_mask`; elsewhere ``F.dropout``."""
     if not training or p == 0.0:
         return x
     if x.device.type != "cpu" or not 0.0 < p < 1.0:
         return F.dropout(x, p, training)
-    drop_levels = round(p * _LEVELS)
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
-    keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= drop_levels - _LEVELS // 2
+    keep, scale = keep_mask(x.shape, p)
     # a float mask and one multiply: masked_fill with a bool mask is 4x slower on the CPU
-    return x * keep.to(x.dtype).mul_(_LEVELS / (_LEVELS - drop_levels))
+    return x * keep.to(x.dtype).mul_(scale)
 
 
 class Dropout(nn.Module):
