@@ -1,0 +1,153 @@
+"""Our side of the HF comparison, run in its own process by ``compare_hf.py``.
+
+Uses only the package's public API: ``add_shortest_paths``, ``GraphormerCollator``,
+``SizeGroupedBatchSampler`` and ``Graphormer``. Besides the shared figures it reports the model's
+achieved GFLOP/s against a plain ``torch.mm`` of similar shape, and the same loops in dataset
+order (no size grouping) to show what the grouping buys.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from _common import (
+    Graph,
+    chunks,
+    load_workload,
+    loop_summary,
+    measure,
+    run_loop,
+    tokens_per_batch,
+    worker_args,
+    write_result,
+)
+from _flops import matmul_gflops, model_flops
+from torch_geometric.data import Data
+
+from graphormer_sepnorm import Graphormer, GraphormerBatch, GraphormerCollator, add_shortest_paths
+from graphormer_sepnorm.data import SizeGroupedBatchSampler
+
+
+def to_data(graph: Graph) -> Data:
+    """A PyG ``Data`` from an ogb graph dict (no copy of the arrays)."""
+    return Data(x=torch.from_numpy(graph["node_feat"]),
+                edge_index=torch.from_numpy(graph["edge_index"]),
+                edge_attr=torch.from_numpy(graph["edge_feat"]),
+                y=torch.tensor([graph["y"]], dtype=torch.float),
+                num_nodes=graph["num_nodes"])
+
+
+class OursSide:
+    """Our Graphormer (default SepNorm) with size-grouped batches.
+
+    Args:
+        atom_feature_dims: ogb's ``get_atom_feature_dims()``.
+        bond_feature_dims: ogb's ``get_bond_feature_dims()``.
+        batch_size: graphs per batch.
+        seed: seed of the model initialization and of the sampler.
+    """
+
+    def __init__(self, atom_feature_dims: list[int], bond_feature_dims: list[int],
+                 batch_size: int, seed: int) -> None:
+        torch.manual_seed(seed)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.model = Graphormer(atom_feature_dims, bond_feature_dims, num_tasks=1)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-4, weight_decay=0.01)
+        self.collator = GraphormerCollator(multi_hop_max_dist=20)
+        self.data: list[Data] = []
+        self.sizes: list[int] = []
+        self.grouped = True  # size-grouped batches (what we ship) or plain dataset order
+
+    def prepare(self, graphs: list[Graph]) -> dict[str, float]:
+        """Data objects, shortest paths of all graphs in one call, collate of every batch."""
+        start = time.perf_counter()
+        self.data = [to_data(g) for g in graphs]
+        built = time.perf_counter()
+        add_shortest_paths(self.data)
+        paths = time.perf_counter()
+        self.sizes = [d.num_nodes for d in self.data]
+        for indices in self.batches(0):
+            self.collate(indices)
+        end = time.perf_counter()
+        return {"to_data": built - start, "shortest_paths": paths - built,
+                "collate": end - paths, "total": end - start}
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """Size-grouped, shuffled batches of epoch ``epoch`` (or dataset order)."""
+        if not self.grouped:
+            return chunks(len(self.data), self.batch_size)
+        sampler = SizeGroupedBatchSampler(self.sizes, self.batch_size, shuffle=True,
+                                          seed=self.seed)
+        sampler.set_epoch(epoch)
+        return list(sampler)
+
+    def collate(self, indices: list[int]) -> GraphormerBatch:
+        """Our collator on the chosen graphs."""
+        return self.collator([self.data[i] for i in indices])
+
+    def train_step(self, batch: GraphormerBatch) -> None:
+        """MSE on the targets (as HF's regression head), backward, AdamW step."""
+        self.model.train()
+        loss = F.mse_loss(self.model(batch), batch.y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+    def infer_step(self, batch: GraphormerBatch) -> None:
+        """Eval-mode forward without gradients."""
+        self.model.eval()
+        with torch.no_grad():
+            self.model(batch)
+
+    def shapes(self, batches: list[list[int]]) -> list[tuple[int, int]]:
+        """``(B, N)`` of each batch: graphs and padded atom count."""
+        return [(len(b), max(self.sizes[i] for i in b)) for b in batches]
+
+
+def flops_report(side: OursSide, train: Any, infer: Any) -> dict[str, float]:
+    """Achieved model GFLOP/s in training and inference, and a ``torch.mm`` reference."""
+    train_shapes, infer_shapes = side.shapes(train.batches), side.shapes(infer.batches)
+    train_flops = 3 * sum(model_flops(b, n) for b, n in train_shapes)  # backward ~ 2x forward
+    infer_flops = sum(model_flops(b, n) for b, n in infer_shapes)
+    rows = round(tokens_per_batch(train_shapes))
+    return {
+        "train_gflops": train_flops / train.seconds / 1e9,
+        "infer_gflops": infer_flops / infer.seconds / 1e9,
+        "matmul_rows": rows,
+        "matmul_gflops": matmul_gflops(rows, 80, 240),
+    }
+
+
+def profile_training(side: OursSide, steps: int) -> None:
+    """Prints the top operators of ``steps`` training steps (torch.profiler, self CPU time)."""
+    batches = side.batches(0)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for step in range(steps):
+            side.train_step(side.collate(batches[step % len(batches)]))
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25), flush=True)
+
+
+def main() -> None:
+    args = worker_args(__doc__)
+    torch.set_num_threads(args.threads)
+    workload = load_workload(args.graphs)
+    side = OursSide(workload["atom_feature_dims"], workload["bond_feature_dims"],
+                    args.batch_size, args.seed)
+    result, train, infer = measure(side, workload["graphs"], args)
+    result["flops"] = flops_report(side, train, infer)
+    side.grouped = False  # what size grouping buys: the same loops in dataset order
+    result["train_dataset_order"] = loop_summary(
+        run_loop(side, 1, args.warmup, side.train_step))
+    result["infer_dataset_order"] = loop_summary(run_loop(side, 1, 1, side.infer_step))
+    side.grouped = True
+    if args.profile:
+        profile_training(side, args.profile)
+    write_result(args.out, result)
+
+
+if __name__ == "__main__":
+    main()
