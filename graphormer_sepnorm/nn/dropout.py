@@ -11,7 +11,8 @@ from torch import Tensor, nn
 _LEVELS = 1 << 16
 
 
-def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> tuple[Tensor, float]:
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float,
+              generator: torch.Generator | None = None) -> tuple[Tensor, float]:
     """A CPU dropout mask from 16-bit slices of 64-bit random words, and its rescale factor.
 
     ``torch.bernoulli`` draws one random number per element and dominated CPU training time (a
@@ -20,12 +21,18 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> tuple[Tensor, fl
     rounded to a multiple of 2^-16 (0.1 becomes 0.100006); the returned scale is the exact
     inverse keep rate, so expectations are preserved.
 
+    Args:
+        shape: the mask's shape.
+        p: drop probability.
+        generator: the random generator; default torch's global one.
+
     Returns:
         A bool mask (true = keep) of ``shape`` and ``1 / keep rate``.
     """
     drop_levels = round(p * _LEVELS)
     numel = math.prod(shape)
-    words = torch.empty((numel + 3) // 4, dtype=torch.int64).random_(-(2**63), 2**63 - 1)
+    words = torch.empty((numel + 3) // 4, dtype=torch.int64)
+    words.random_(-(2**63), 2**63 - 1, generator=generator)
     keep = words.view(torch.int16)[:numel].view(shape) >= drop_levels - _LEVELS // 2
     return keep, _LEVELS / (_LEVELS - drop_levels)
 
