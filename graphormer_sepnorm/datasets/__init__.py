@@ -3,6 +3,7 @@
 from graphormer_sepnorm.datasets.base import GraphDataModule
 from graphormer_sepnorm.datasets.mirror import MIRROR_ENV, DatasetUnavailableError
 from graphormer_sepnorm.datasets.molhiv import MolHIVDataModule
+from graphormer_sepnorm.datasets.smiles_csv import SmilesCSVDataModule
 from graphormer_sepnorm.datasets.zinc import ZINCDataModule
 
 __all__ = [
@@ -10,5 +11,6 @@ __all__ = [
     "DatasetUnavailableError",
     "GraphDataModule",
     "MolHIVDataModule",
+    "SmilesCSVDataModule",
     "ZINCDataModule",
 ]

@@ -1,0 +1,230 @@
+"""SmilesCSVDataModule on small CSV files written by the tests, and one CLI fit through it."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_data import SMILES
+
+from graphormer_sepnorm.datasets import SmilesCSVDataModule
+from graphormer_sepnorm.datasets.smiles_csv import murcko_scaffold, scaffold_split
+from graphormer_sepnorm.featurizers import featurizer_from_config
+
+CONFIG = Path(__file__).parents[2] / "configs" / "smiles_csv.yaml"
+
+
+def write_csv(path: Path, header: list[str], rows: list[list], delimiter: str = ",") -> Path:
+    """Writes rows with the csv module (fields with commas are quoted), gzipped for ``.gz``."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", newline="") as f:
+        writer = csv.writer(f, delimiter=delimiter)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def indexed_csv(path: Path, smiles: list[str] = SMILES) -> Path:
+    """``name, smiles, y`` with ``y`` = row index, so each graph tells which row it came from."""
+    rows = [[f"mol {i}, batch A", s, i] for i, s in enumerate(smiles)]
+    return write_csv(path, ["name", "smiles", "y"], rows)
+
+
+def rows_of(graphs: list) -> list[int]:
+    """Row indices of graphs made by :func:`indexed_csv`."""
+    return sorted(int(g.y[0, 0]) for g in graphs)
+
+
+def load(path: Path, **kwargs) -> dict[str, list]:
+    """The splits of a datamodule on ``path`` (target column ``y`` unless given)."""
+    kwargs.setdefault("target_columns", ["y"])
+    return SmilesCSVDataModule(str(path), **kwargs).load_splits()
+
+
+def test_quoted_fields_and_targets(tmp_path):
+    text = 'name,smiles,y\n"ethanol, absolute",CCO,1.5\n"phenol, ""pure""",c1ccccc1O,-2\n'
+    (tmp_path / "q.csv").write_text(text)
+    with pytest.warns(UserWarning, match="the test split is empty"):
+        splits = load(tmp_path / "q.csv", split="random", split_sizes=(1.0, 0.0, 0.0))
+    train = splits["train"]
+    assert sorted(g.y.item() for g in train) == [-2.0, 1.5]
+    assert all(g.y.shape == (1, 1) and g.y.dtype == torch.float32 for g in train)
+    assert sorted(g.num_nodes for g in train) == [3, 7]
+
+
+def test_invalid_smiles_reported_with_line_numbers(tmp_path):
+    # Header is line 1; rows 2..; a quoted field spanning two lines shifts later rows by one.
+    text = 'name,smiles,y\na,CCO,1\n"two\nlines",CCN,2\nb,C1CC,3\nc,c1ccccc1,4\nd,,5\n'
+    (tmp_path / "bad.csv").write_text(text)
+    with pytest.raises(ValueError) as info:
+        load(tmp_path / "bad.csv")
+    message = str(info.value)
+    assert "line 5: 'C1CC': invalid SMILES: unclosed ring" in message
+    assert "line 7: '': empty SMILES" in message
+    assert "2 of 5 SMILES" in message and "header as line 1" in message
+    assert "bad.csv" in message and "on_invalid='skip'" in message
+
+
+def test_invalid_smiles_skipped_with_warning(tmp_path):
+    smiles = [*SMILES[:10], "C1CC", "not a smiles", *SMILES[10:]]
+    with pytest.warns(UserWarning, match=r"line 13: 'not a smiles'") as record:
+        splits = load(indexed_csv(tmp_path / "s.csv", smiles), on_invalid="skip",
+                      split="random")
+    assert "line 12: 'C1CC'" in str(record[0].message)
+    kept = sorted(sum((rows_of(graphs) for graphs in splits.values()), []))
+    assert kept == [i for i in range(len(smiles)) if i not in (10, 11)]
+
+
+def test_too_many_invalid_rows_are_summarized(tmp_path):
+    path = indexed_csv(tmp_path / "many.csv", ["C1CC"] * 15 + SMILES)
+    with pytest.raises(ValueError, match=r"line 11: .*\n  \.\.\. and 5 more"):
+        load(path)
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("", "column 'y' is empty"),
+    ("nan", "column 'y' is 'nan' (a missing value)"),
+    ("abc", "column 'y' = 'abc' is not a number"),
+    ("inf", "column 'y' = 'inf' is not finite"),
+])
+def test_bad_target_rejected(tmp_path, value, reason):
+    path = write_csv(tmp_path / "t.csv", ["smiles", "y"], [["CCO", 1], ["CCN", value]])
+    with pytest.raises(ValueError, match="data rows") as info:
+        load(path)
+    assert f"line 3: {reason}" in str(info.value)
+
+
+def test_short_row_means_missing_target(tmp_path):
+    (tmp_path / "short.csv").write_text("smiles,y\nCCO,1\nCCN\n")
+    with pytest.raises(ValueError, match="line 3: column 'y' is empty"):
+        load(tmp_path / "short.csv")
+
+
+def test_missing_column_lists_available(tmp_path):
+    path = indexed_csv(tmp_path / "c.csv")
+    with pytest.raises(ValueError, match=r"no column 'logS'; the header has \['name', 'smiles'"):
+        load(path, target_columns=["logS"])
+    with pytest.raises(ValueError, match="no column 'SMILES'"):
+        load(path, smiles_column="SMILES")
+
+
+def test_missing_file_says_which_option(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--data.path"):
+        load(tmp_path / "absent.csv")
+
+
+def test_scaffold_split_keeps_scaffolds_together_and_is_deterministic(tmp_path):
+    benzenes = ["c1ccccc1O", "c1ccccc1N", "Cc1ccccc1", "c1ccccc1Cl", "CCc1ccccc1", "c1ccccc1Br"]
+    pyridines = ["c1ccncc1", "Cc1ccncc1", "Nc1ccncc1"]
+    others = ["C1CCCCC1O", "CCO", "CCCN", "C1CCOC1", "c1ccc2ccccc2c1", "C1CC1C", "OC1CCNCC1"]
+    smiles = benzenes + others[:3] + pyridines + others[3:]
+    path = indexed_csv(tmp_path / "scaf.csv", smiles)
+    first = load(path, split_sizes=(0.4, 0.3, 0.3))
+    assert {k: rows_of(v) for k, v in first.items()} == {
+        k: rows_of(v) for k, v in load(path, split_sizes=(0.4, 0.3, 0.3)).items()}
+    scaffolds = [murcko_scaffold(s) for s in smiles]
+    where = {}
+    for name, graphs in first.items():
+        for row in rows_of(graphs):
+            where.setdefault(scaffolds[row], set()).add(name)
+    assert all(len(names) == 1 for names in where.values())
+    # 16 molecules, train up to 6.4, val up to 11.2: benzene (6) fills train; pyridine (3)
+    # and the acyclic pair (scaffold '') fill val; the single-molecule scaffolds go to test.
+    assert {k: rows_of(v) for k, v in first.items()} == {
+        "train": [0, 1, 2, 3, 4, 5], "val": [7, 8, 9, 10, 11], "test": [6, 12, 13, 14, 15]}
+
+
+def test_scaffold_split_function_ties_in_file_order():
+    # Ties between a and b go in file order (a first); a later small group may still fit train.
+    parts = scaffold_split(["a", "b", "b", "a", "c", ""], (0.5, 0.25, 0.25))
+    assert parts == [[0, 3, 4], [1, 2], [5]]
+
+
+def test_random_split_sizes_and_seed(tmp_path):
+    path = indexed_csv(tmp_path / "r.csv")
+    splits = load(path, split="random", split_sizes=(0.6, 0.2, 0.2), split_seed=1)
+    assert [len(splits[k]) for k in ("train", "val", "test")] == [12, 4, 4]
+    assert sorted(sum((rows_of(v) for v in splits.values()), [])) == list(range(20))
+    again = load(path, split="random", split_sizes=(0.6, 0.2, 0.2), split_seed=1)
+    other = load(path, split="random", split_sizes=(0.6, 0.2, 0.2), split_seed=2)
+    assert rows_of(again["val"]) == rows_of(splits["val"]) != rows_of(other["val"])
+
+
+def test_column_split(tmp_path):
+    labels = ["train", "Valid", "test", "val", " train ", "TEST"]
+    rows = [[s, i, lab] for i, (s, lab) in enumerate(zip(SMILES, labels, strict=False))]
+    path = write_csv(tmp_path / "col.csv", ["smiles", "y", "fold"], rows)
+    splits = load(path, split="column", split_column="fold")
+    assert {k: rows_of(v) for k, v in splits.items()} == {
+        "train": [0, 4], "val": [1, 3], "test": [2, 5]}
+    rows[2][2] = "holdout"
+    write_csv(path, ["smiles", "y", "fold"], rows)
+    with pytest.raises(ValueError, match="line 4: column 'fold' = 'holdout'"):
+        load(path, split="column", split_column="fold")
+
+
+def test_binary_targets_must_be_0_or_1(tmp_path):
+    rows = [[s, i % 2] for i, s in enumerate(SMILES)]
+    path = write_csv(tmp_path / "b.csv", ["smiles", "active"], rows)
+    module = SmilesCSVDataModule(str(path), ["active"], task="binary", split="random")
+    assert module.dataset_info["task"] == "binary"
+    assert {g.y.item() for g in module.load_splits()["train"]} == {0.0, 1.0}
+    rows[4][1] = 2
+    write_csv(path, ["smiles", "active"], rows)
+    with pytest.raises(ValueError, match="line 6: column 'active' = '2': binary targets"):
+        load(path, target_columns=["active"], task="binary")
+
+
+def test_multi_target_regression_and_dataset_info(tmp_path):
+    rows = [[s, i, -2 * i] for i, s in enumerate(SMILES)]
+    path = write_csv(tmp_path / "esol.tsv", ["smiles", "a", "b"], rows, delimiter="\t")
+    module = SmilesCSVDataModule(str(path), ["a", "b"], featurizer="zinc", max_atoms=30,
+                                 split="random", batch_size=4)
+    info = module.dataset_info
+    assert info["name"] == "esol" and info["target_names"] == ["a", "b"]
+    assert featurizer_from_config(info["featurizer"]).to_config() == info["featurizer"]
+    assert info["atom_feature_dims"] == [28]
+    module.setup("fit")
+    assert all(g.y.shape == (1, 2) for g in module.splits["train"])
+    mean, std = module.target_statistics()
+    assert len(mean) == len(std) == 2 and mean[1] == pytest.approx(-2 * mean[0])
+    assert next(iter(module.train_dataloader())).y.shape[1] == 2
+
+
+def test_gzipped_csv(tmp_path):
+    rows = [[f"mol, {i}", s, i] for i, s in enumerate(SMILES)]
+    path = write_csv(tmp_path / "mols.csv.gz", ["name", "smiles", "y"], rows)
+    module = SmilesCSVDataModule(str(path), "y", split="random")
+    assert sum(len(v) for v in module.load_splits().values()) == 20
+    assert module.dataset_info["name"] == "mols"
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"split_sizes": (0.8, 0.1, 0.2)}, {"split": "kfold"}, {"featurizer": "morgan"},
+    {"target_columns": []}, {"on_invalid": "ignore"},
+])
+def test_bad_arguments(kwargs):
+    kwargs.setdefault("target_columns", ["y"])
+    with pytest.raises(ValueError):
+        SmilesCSVDataModule("x.csv", **kwargs)
+
+
+def test_cli_fit_on_csv(tmp_path, monkeypatch):
+    from graphormer_sepnorm.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])  # not pytest's own arguments
+    path = indexed_csv(tmp_path / "train.csv")
+    cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
+                "--data.target_columns", "[y]", "--data.root", str(tmp_path),
+                "--data.batch_size", "8", "--model.num_layers", "2",
+                "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path),
+                "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+    model = cli.model
+    assert model.dataset_info["target_names"] == ["y"] and model.task == "regression"
+    assert model.hparams["standardize_targets"]
+    assert model.target_mean.item() == pytest.approx(cli.datamodule.target_statistics()[0][0])
+    assert "val/mae" in cli.trainer.callback_metrics
