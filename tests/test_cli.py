@@ -1,0 +1,93 @@
+"""The Lightning CLI end to end on tiny data in the real on-disk formats."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_data import write_ogb_molhiv, write_zinc_raw
+
+from graphormer_sepnorm.cli import main
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+TINY = ["--model.num_layers", "2", "--model.hidden_dim", "16", "--model.ffn_dim", "16",
+        "--model.num_heads", "4", "--data.batch_size", "4", "--trainer.enable_progress_bar",
+        "false", "--trainer.enable_model_summary", "false"]
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("mirror")
+    write_zinc_raw(folder / "ZINC" / "raw")
+    write_ogb_molhiv(folder / "ogbg_molhiv")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _plain_argv(monkeypatch, mirror):
+    monkeypatch.setattr("sys.argv", ["graphormer-sepnorm"])
+    monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(mirror))
+
+
+def common(tmp_path: Path, config: str, *extra: str) -> list[str]:
+    return ["--config", str(CONFIGS / config), *extra, "--data.root", str(tmp_path / "data"),
+            "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+            "--trainer.default_root_dir", str(tmp_path), *TINY]
+
+
+@pytest.mark.parametrize("config", ["zinc_subset.yaml", "molhiv.yaml"])
+def test_fit_fast_dev_run_links_data_into_model(tmp_path, config):
+    cli = main(["fit", *common(tmp_path, config), "--trainer.fast_dev_run", "true"])
+    info = cli.model.hparams["dataset_info"]
+    assert info == cli.datamodule.dataset_info
+    assert info["task"] == ("binary" if config == "molhiv.yaml" else "regression")
+    assert cli.datamodule.multi_hop_max_dist == cli.model.hparams["multi_hop_max_dist"]
+    assert cli.trainer.state.finished
+
+
+def test_preset_stacks_on_a_dataset_config(tmp_path):
+    preset = str(CONFIGS / "presets" / "cpu_10min.yaml")
+    cli = main(["fit", *common(tmp_path, "molhiv.yaml", "--config", preset),
+                "--trainer.fast_dev_run", "true"])
+    assert cli.model.hparams["num_layers"] == 2  # the command line comes last
+    assert cli.model.hparams["total_steps"] == 1200
+    assert cli.model.hparams["lr"] == pytest.approx(5e-4)
+    assert cli.datamodule.batch_size == 4 and cli.datamodule.eval_batch_size == 256
+
+
+def test_sharenorm_is_one_switch(tmp_path):
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--model.sepnorm", "false"),
+                "--trainer.fast_dev_run", "true"])
+    norms = {type(m).__name__ for m in cli.model.model.modules()}
+    assert "ShareNorm" in norms and "SepNorm" not in norms
+
+
+def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
+    fit = main(["fit", *common(tmp_path, "molhiv.yaml"), "--trainer.max_epochs", "2",
+                "--model.total_steps", "null"])
+    ckpt_dir = Path(fit.trainer.checkpoint_callback.dirpath)
+    best = Path(fit.trainer.checkpoint_callback.best_model_path)
+    assert (ckpt_dir / "last.ckpt").is_file() and best.is_file() and best.name.startswith("best-")
+    assert "val/roc_auc" in fit.trainer.callback_metrics
+    # checkpoints hold plain values only
+    ckpt = torch.load(best, weights_only=True, map_location="cpu")
+    assert ckpt["hyper_parameters"]["dataset_info"]["target_names"] == ["hiv_active"]
+
+    test = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path", str(best)])
+    metrics = test.trainer.callback_metrics
+    assert set(metrics) >= {"test/roc_auc", "test/loss"}
+    assert 0.0 <= float(metrics["test/roc_auc"]) <= 1.0
+    # the test run scored the checkpoint's weights, not the fresh ones
+    weights = ckpt["state_dict"]["model.head.weight"]
+    assert torch.equal(test.model.model.head.weight, weights)
+
+    val = main(["validate", *common(tmp_path, "molhiv.yaml"), "--ckpt_path", str(best)])
+    assert float(val.trainer.callback_metrics["val/roc_auc"]) == pytest.approx(
+        float(fit.trainer.checkpoint_callback.best_model_score), abs=1e-6)
+
+
+def test_zinc_test_reports_mae(tmp_path):
+    fit = main(["fit", *common(tmp_path, "zinc_subset.yaml"), "--trainer.max_steps", "3",
+                "--model.warmup_steps", "1", "--model.total_steps", "3"])
+    last = Path(fit.trainer.checkpoint_callback.dirpath) / "last.ckpt"
+    test = main(["test", *common(tmp_path, "zinc_subset.yaml"), "--ckpt_path", str(last)])
+    assert float(test.trainer.callback_metrics["test/mae"]) > 0

@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+import torch
+from ogb.graphproppred import Evaluator
+from torch_geometric.data import Data
+
+from graphormer_sepnorm import GraphormerCollator, add_shortest_paths
+from graphormer_sepnorm.training import GraphormerModule
+
+INFO = {"task": "binary", "target_names": ["active"], "atom_feature_dims": [5, 3],
+        "edge_feature_dims": [4, 2]}
+
+
+def tiny(info=INFO, **kwargs) -> GraphormerModule:
+    return GraphormerModule(info, num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, **kwargs)
+
+
+def batch_of(graphs, seed=0):
+    from graphs import random_graph
+
+    gs = [random_graph(n, seed + k, y=float(k % 2)) for k, n in enumerate(graphs)]
+    return GraphormerCollator()(add_shortest_paths(gs))
+
+
+def test_binary_auroc_equals_ogb_evaluator():
+    gen = np.random.default_rng(0)
+    y = gen.integers(0, 2, 500)
+    scores = gen.normal(size=500) + y  # informative but imperfect
+    module = tiny()
+    module.test_metric.update(torch.tensor(scores, dtype=torch.float32), torch.tensor(y))
+    ours = float(module.test_metric.compute())
+    ogb = Evaluator("ogbg-molhiv").eval({"y_true": y.reshape(-1, 1),
+                                         "y_pred": scores.reshape(-1, 1)})["rocauc"]
+    assert ours == pytest.approx(ogb, abs=1e-6)
+
+
+def test_regression_predictions_are_destandardized():
+    info = dict(INFO, task="regression")
+    module = tiny(info).eval()
+    module.target_mean.fill_(3.0)
+    module.target_std.fill_(2.0)
+    batch = batch_of([5, 7, 4])
+    with torch.no_grad():
+        raw = module.model(batch)
+        assert torch.allclose(module(batch), raw * 2.0 + 3.0)
+        # the L1 loss is taken on standardized targets
+        loss = module._loss(raw, batch.y)
+        assert torch.allclose(loss, (raw - (batch.y - 3.0) / 2.0).abs().mean())
+
+
+def test_binary_forward_gives_probabilities():
+    module = tiny().eval()
+    with torch.no_grad():
+        p = module(batch_of([6, 3, 9]))
+    assert p.shape == (3, 1) and bool(((p > 0) & (p < 1)).all())
+
+
+def test_checkpoint_hparams_are_plain_and_load_weights_only(tmp_path):
+    module = tiny(sepnorm=False, warmup_steps=0.2)
+    path = tmp_path / "m.ckpt"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)},
+               path)
+    ckpt = torch.load(path, weights_only=True)
+    again = GraphormerModule(**ckpt["hyper_parameters"])
+    again.load_state_dict(ckpt["state_dict"])
+    assert again.hparams["dataset_info"] == INFO
+    assert not again.hparams["sepnorm"]
+
+
+def test_missing_or_bad_dataset_info_is_explained():
+    with pytest.raises(ValueError, match="dataset_info is required"):
+        GraphormerModule()
+    with pytest.raises(ValueError, match="unknown task"):
+        tiny(dict(INFO, task="multiclass"))
+    with pytest.raises(ValueError, match="lacks"):
+        tiny({"task": "binary"})
+
+
+def test_multitask_binary_metric_is_mean_auroc():
+    module = tiny(dict(INFO, target_names=["a", "b"]))
+    y = torch.tensor([[0, 1], [1, 0], [1, 1], [0, 0]])
+    scores = torch.tensor([[0.1, 0.9], [0.8, 0.3], [0.7, 0.6], [0.2, 0.4]])
+    module.val_metric.update(scores, y)
+    assert float(module.val_metric.compute()) == pytest.approx(1.0)
+
+
+def test_single_graph_targets_shape():
+    g = Data(x=torch.zeros(1, 2, dtype=torch.long), edge_index=torch.zeros(2, 0, dtype=torch.long),
+             edge_attr=torch.zeros(0, 2, dtype=torch.long), num_nodes=1, y=torch.tensor([1.0]))
+    batch = GraphormerCollator()(add_shortest_paths([g]))
+    assert batch.y.shape == (1, 1)
