@@ -12,7 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
-from torch import Tensor
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 
 
 def singular_values(embeddings: Tensor, center: bool = False) -> Tensor:
@@ -77,43 +78,78 @@ def uniformity(embeddings: Tensor, t: float = 2.0) -> float:
 class GraphTokenDiagnostics(Callback):
     """Logs ``val/cls_effective_rank`` and ``val/cls_uniformity`` after each validation epoch.
 
-    The graph-token embeddings of up to ``max_graphs`` validation graphs are collected with an
-    extra eval-mode forward pass per batch (``pl_module.model.embed``), gathered from every
-    process under DDP, and measured with :func:`effective_rank` and :func:`uniformity`.
+    The graph-token embeddings of up to ``max_graphs`` validation graphs are collected,
+    gathered from every process under DDP, and measured with :func:`effective_rank` and
+    :func:`uniformity`. They are read off the validation step's own forward pass (the input of
+    the model's ``head``, which is exactly ``model.embed(batch)``), so collecting costs no extra
+    computation; when the validation step does not run the head on the batch, the callback runs
+    ``model.embed(batch)`` itself (one extra eval-mode forward per batch).
 
     Args:
         max_graphs: embeddings kept per process. Default: 4096.
         model_attr: attribute of the LightningModule holding the
             :class:`~graphormer_sepnorm.nn.model.Graphormer`. Default: ``'model'``.
+        center: subtract the mean embedding before the effective rank (see
+            :func:`singular_values`). Default: false.
     """
 
-    def __init__(self, max_graphs: int = 4096, model_attr: str = "model") -> None:
+    def __init__(self, max_graphs: int = 4096, model_attr: str = "model",
+                 center: bool = False) -> None:
         self.max_graphs = max_graphs
         self.model_attr = model_attr
+        self.center = center
         self._embeddings: list[Tensor] = []
+        self._pending: Tensor | None = None
+        self._hook: RemovableHandle | None = None
+
+    def _model(self, pl_module: LightningModule) -> nn.Module:
+        return getattr(pl_module, self.model_attr)
+
+    def _capture(self, module: nn.Module, args: tuple[object, ...]) -> None:
+        if args and isinstance(args[0], Tensor):
+            self._pending = args[0].detach()
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
     def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Starts a new collection."""
-        self._embeddings = []
+        """Starts a new collection and listens to the head's input."""
+        self._embeddings, self._pending = [], None
+        head = getattr(self._model(pl_module), "head", None)
+        if isinstance(head, nn.Module) and self._hook is None:
+            self._hook = head.register_forward_pre_hook(self._capture)
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule,
                                 outputs: object, batch: object, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
-        """Embeds the batch's graphs while fewer than ``max_graphs`` are collected."""
+        """Keeps the batch's embeddings while fewer than ``max_graphs`` are collected."""
+        pending, self._pending = self._pending, None
         if sum(len(e) for e in self._embeddings) >= self.max_graphs:
             return
-        with torch.no_grad():
-            self._embeddings.append(getattr(pl_module, self.model_attr).embed(batch).float())
+        if pending is None or pending.dim() != 2 or len(pending) != batch.num_graphs:
+            with torch.no_grad():
+                pending = self._model(pl_module).embed(batch)
+        self._embeddings.append(pending.float())
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Logs the two measures of the collected embeddings."""
-        if not self._embeddings or trainer.sanity_checking:
+        self._remove_hook()
+        if trainer.sanity_checking:
             return
-        z = torch.cat(self._embeddings)[: self.max_graphs]
+        if self._embeddings:
+            z = torch.cat(self._embeddings)[: self.max_graphs]
+        else:  # still take part in the gathers below, or the other processes would wait forever
+            z = torch.zeros(0, self._model(pl_module).head.in_features, device=pl_module.device)
         # all_gather needs equal shapes: every process keeps the smallest count
         keep = int(pl_module.all_gather(torch.tensor(len(z), device=z.device)).min())
         z = pl_module.all_gather(z[:keep]).reshape(-1, z.shape[-1])
         if len(z) < 2:
             return
-        pl_module.log("val/cls_effective_rank", effective_rank(z), sync_dist=False)
+        pl_module.log("val/cls_effective_rank", effective_rank(z, self.center), sync_dist=False)
         pl_module.log("val/cls_uniformity", uniformity(z), sync_dist=False)
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Removes the hook if a validation run was interrupted."""
+        self._remove_hook()

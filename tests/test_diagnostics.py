@@ -1,9 +1,19 @@
 import math
 
+import lightning.pytorch as pl
 import pytest
 import torch
+from graphs import ATOM_DIMS, BOND_DIMS, random_graph
+from torch.utils.data import DataLoader
 
-from graphormer_sepnorm.diagnostics import effective_rank, singular_values, uniformity
+from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.diagnostics import (
+    GraphTokenDiagnostics,
+    effective_rank,
+    singular_values,
+    uniformity,
+)
+from graphormer_sepnorm.nn import Graphormer
 
 
 def test_effective_rank_of_orthonormal_and_identical_embeddings():
@@ -43,38 +53,77 @@ def test_spread_embeddings_are_more_uniform_than_collapsed_ones():
     assert math.isfinite(uniformity(spread))
 
 
-def test_callback_logs_rank_and_uniformity_of_validation_embeddings(tmp_path):
-    import lightning.pytorch as pl
-    from graphs import ATOM_DIMS, BOND_DIMS, random_graph
-    from torch.utils.data import DataLoader
+class _Module(pl.LightningModule):
+    """A tiny Graphormer regressor; ``through_head=False`` validates without the head."""
 
-    from graphormer_sepnorm.data import GraphormerCollator
-    from graphormer_sepnorm.diagnostics import GraphTokenDiagnostics
-    from graphormer_sepnorm.nn import Graphormer
+    def __init__(self, through_head: bool = True):
+        super().__init__()
+        self.through_head = through_head
+        self.model = Graphormer(ATOM_DIMS, BOND_DIMS, num_layers=1, hidden_dim=8, ffn_dim=8,
+                                num_heads=2)
+        self.embed_calls = 0
+        embed = self.model.embed
 
-    class Module(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.model = Graphormer(ATOM_DIMS, BOND_DIMS, num_layers=1, hidden_dim=8,
-                                    ffn_dim=8, num_heads=2)
+        def counting_embed(batch):
+            self.embed_calls += 1
+            return embed(batch)
 
-        def training_step(self, batch, batch_idx):
-            return (self.model(batch) - batch.y).abs().mean()
+        self.model.embed = counting_embed
 
-        def validation_step(self, batch, batch_idx):
+    def training_step(self, batch, batch_idx):
+        return (self.model(batch) - batch.y).abs().mean()
+
+    def validation_step(self, batch, batch_idx):
+        if self.through_head:
             self.model(batch)
+        else:
+            self.model.encode(batch)
 
-        def configure_optimizers(self):
-            return torch.optim.Adam(self.parameters(), 1e-3)
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), 1e-3)
 
+
+def _fit(tmp_path, module, callback, sanity_steps=0):
     graphs = [random_graph(4 + i % 5, seed=i, p=0.4, y=float(i)) for i in range(12)]
     loader = DataLoader(graphs, batch_size=4, collate_fn=GraphormerCollator())
-    callback = GraphTokenDiagnostics(max_graphs=10)
     trainer = pl.Trainer(max_epochs=1, callbacks=[callback], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
-                         default_root_dir=tmp_path, num_sanity_val_steps=0)
-    trainer.fit(Module(), loader, loader)
+                         default_root_dir=tmp_path, num_sanity_val_steps=sanity_steps)
+    trainer.fit(module, loader, loader)
+    return trainer, loader
+
+
+@pytest.mark.parametrize("through_head", [True, False])
+def test_callback_logs_rank_and_uniformity_of_validation_embeddings(tmp_path, through_head):
+    module = _Module(through_head)
+    callback = GraphTokenDiagnostics(max_graphs=10)
+    trainer, loader = _fit(tmp_path, module, callback, sanity_steps=1)
+    # the sanity check logs nothing; three validation batches, 10 of 12 graphs measured
+    assert sum(len(e) for e in callback._embeddings) == 12
+    module.eval()
+    with torch.no_grad():
+        z = torch.cat([module.model.embed(b) for b in loader])[:10]
     metrics = trainer.callback_metrics
+    assert float(metrics["val/cls_effective_rank"]) == pytest.approx(effective_rank(z), rel=1e-5)
+    assert float(metrics["val/cls_uniformity"]) == pytest.approx(uniformity(z), rel=1e-5)
     assert 1.0 <= float(metrics["val/cls_effective_rank"]) <= 8.0
-    assert -4.0 <= float(metrics["val/cls_uniformity"]) <= 0.0
-    assert sum(len(e) for e in callback._embeddings) == 12  # three batches; 10 are measured
+    assert callback._hook is None  # removed after validation
+    module.model.head(torch.zeros(1, 8))
+    assert callback._pending is None  # training-time forwards are not collected
+
+
+def test_callback_reuses_the_validation_forward(tmp_path):
+    # 12 graphs in batches of 4: the callback adds no embed call when the validation step runs
+    # the head, and one per validation batch (3) when it does not
+    for through_head, extra in ((True, 0), (False, 3)):
+        calls = []
+        for callbacks in ([], [GraphTokenDiagnostics()]):
+            module = _Module(through_head)
+            trainer = pl.Trainer(max_epochs=1, callbacks=callbacks, logger=False,
+                                 enable_checkpointing=False, enable_progress_bar=False,
+                                 default_root_dir=tmp_path, num_sanity_val_steps=0)
+            loader = DataLoader([random_graph(5, seed=i, y=1.0) for i in range(12)],
+                                batch_size=4, collate_fn=GraphormerCollator())
+            trainer.fit(module, loader, loader)
+            calls.append(module.embed_calls)
+        assert calls[1] - calls[0] == extra
