@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.attention_core import biased_attention
 from graphormer_sepnorm.nn.dropout import dropout
+from graphormer_sepnorm.nn.size_groups import SizeGroups
 
 
 class BiasedMultiheadAttention(nn.Module):
@@ -37,13 +38,32 @@ class BiasedMultiheadAttention(nn.Module):
         self.out = nn.Linear(dim, dim)
 
     def forward(self, x: Tensor, bias: Tensor, need_weights: bool = False,
-                num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:
+                num_queries: int | None = None, groups: SizeGroups | None = None,
+                group_bias: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
         """Attends; see the class docstring for shapes.
 
         With ``num_queries`` only the first positions attend (keys and values are still all of
         ``x``); the output is then ``[B, num_queries, D]``. The last layer needs only the graph
         token when the model just predicts.
+
+        With ``groups`` (and ``group_bias = groups.split_bias(bias)``) attention runs per group
+        of similar-sized graphs, each cut to its own length (see
+        :mod:`~graphormer_sepnorm.nn.size_groups`); positions past a group's length get zeros.
+        Ignored with ``need_weights`` or ``num_queries``.
         """
+        if groups is not None and not need_weights and num_queries is None:
+            if group_bias is None:
+                group_bias = groups.split_bias(bias)
+            parts = [self._attend(part, part_bias.view(part.shape[0], self.num_heads,
+                                                       *part_bias.shape[1:]))[0]
+                     for part, part_bias in zip(groups.split(x), group_bias, strict=True)]
+            return self.out(groups.merge(parts)), None
+        out, weights = self._attend(x, bias, need_weights, num_queries)
+        return self.out(out), weights
+
+    def _attend(self, x: Tensor, bias: Tensor, need_weights: bool = False,
+                num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Attention before the output projection: ``[B, Lq, D]`` and the weights, if asked."""
         b, length, dim = x.shape
         q, k, v = self.qkv(x).view(b, length, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
         if num_queries is not None:
@@ -70,4 +90,4 @@ class BiasedMultiheadAttention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype),
                                                  dropout_p=dropout_p)
-        return self.out(out.transpose(1, 2).reshape(b, queries, dim)), weights
+        return out.transpose(1, 2).reshape(b, queries, dim), weights

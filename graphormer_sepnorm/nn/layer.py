@@ -6,6 +6,7 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 from graphormer_sepnorm.nn.dropout import Dropout
+from graphormer_sepnorm.nn.size_groups import SizeGroups
 
 
 class GraphormerLayer(nn.Module):
@@ -42,14 +43,17 @@ class GraphormerLayer(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, bias: Tensor, node_mask: Tensor, need_weights: bool = False,
-                graph_token_only: bool = False) -> tuple[Tensor, Tensor | None]:
+                graph_token_only: bool = False, groups: SizeGroups | None = None,
+                group_bias: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
         """Returns the updated ``x`` and, with ``need_weights``, the attention probabilities.
 
         With ``graph_token_only`` only position 0 is updated and returned (``[B, 1, D]``).
+        ``groups`` and ``group_bias``: attention per group of similar-sized graphs (see
+        :meth:`BiasedMultiheadAttention.forward`).
         """
         num_queries = 1 if graph_token_only else None
         attended, weights = self.attention(self.attn_norm(x, node_mask), bias, need_weights,
-                                           num_queries)
+                                           num_queries, groups, group_bias)
         if graph_token_only:
             x, node_mask = x[:, :1], node_mask[:, :0]
         x = x + self.dropout(attended)

@@ -13,6 +13,7 @@ from graphormer_sepnorm.nn.dropout import Dropout
 from graphormer_sepnorm.nn.layer import GraphormerLayer
 from graphormer_sepnorm.nn.node_encoders import AtomEncoder, DegreeEncoder
 from graphormer_sepnorm.nn.sepnorm import NormKind, NormSite, build_norm
+from graphormer_sepnorm.nn.size_groups import SizeGroups
 
 NORM_SITES: tuple[NormSite, ...] = ("attn", "ffn", "final")
 
@@ -130,9 +131,16 @@ class Graphormer(nn.Module):
         bias = self.attention_bias(batch).to(x.dtype)
         weights: list[Tensor] = []
         node_mask = batch.node_mask
+        # On the CPU, attention runs per group of similar-sized graphs (see SizeGroups); on a
+        # GPU the fused kernels make padding cheap and grouping would cost a host sync.
+        groups = group_bias = None
+        if x.device.type == "cpu" and not need_weights:
+            groups = SizeGroups.plan(node_mask, bias.shape[1])
+            group_bias = None if groups is None else groups.split_bias(bias)
         for index, layer in enumerate(self.layers):
             last = graph_token_only and index == len(self.layers) - 1
-            x, w = layer(x, bias, node_mask, need_weights, graph_token_only=last)
+            x, w = layer(x, bias, node_mask, need_weights, graph_token_only=last, groups=groups,
+                         group_bias=group_bias)
             if w is not None:
                 weights.append(w)
         return self.final_norm(x, node_mask[:, : x.shape[1] - 1]), weights
