@@ -1,0 +1,126 @@
+"""Safe checkpoint loading: bundled model names, ``weights_only=True`` only, no config files.
+
+A checkpoint is a ``torch.save``-d dict with ``state_dict`` and ``hyper_parameters`` (what
+Lightning writes, or a plain dict made by hand). Everything prediction needs travels in it: the
+featurizer config, task and target names in ``hyper_parameters['dataset_info']``, the target
+scaler as buffers of the state dict.
+"""
+
+from __future__ import annotations
+
+import pickle
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graphormer_sepnorm.training.module import GraphormerModule
+
+#: Checkpoints shipped inside the package, by name: ``graphormer_sepnorm/checkpoints/<name>.ckpt``.
+BUNDLED_CHECKPOINTS: dict[str, str] = {
+    "molhiv": "molhiv.ckpt",  # ogbg-molhiv, binary: hiv_active_probability
+    "zinc": "zinc.ckpt",  # ZINC-subset, regression: penalized_logp
+}
+DEFAULT_CHECKPOINT = "molhiv"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be found, is refused as unsafe, or does not fit this code."""
+
+
+def bundled_checkpoint_path(name: str) -> Path:
+    """Path of the bundled checkpoint ``name``, found with :mod:`importlib.resources`.
+
+    Raises:
+        CheckpointError: ``name`` is not a bundled model, or its file is not installed.
+    """
+    if name not in BUNDLED_CHECKPOINTS:
+        raise CheckpointError(f"unknown checkpoint {name!r}: not a file, and not one of the "
+                              f"bundled models {sorted(BUNDLED_CHECKPOINTS)}")
+    resource = resources.files("graphormer_sepnorm") / "checkpoints" / BUNDLED_CHECKPOINTS[name]
+    if not resource.is_file():
+        raise CheckpointError(f"bundled checkpoint {name!r} is not installed (expected "
+                              f"{resource}); pass a checkpoint file with --checkpoint PATH")
+    return Path(str(resource))
+
+
+def resolve_checkpoint(path_or_name: str | Path) -> Path:
+    """An existing file as given, else the bundled checkpoint of that name.
+
+    Raises:
+        CheckpointError: Neither an existing file nor an installed bundled model.
+    """
+    path = Path(path_or_name)
+    if path.is_file():
+        return path
+    text = str(path_or_name)
+    if text in BUNDLED_CHECKPOINTS:
+        return bundled_checkpoint_path(text)
+    if path.suffix or "/" in text or "\\" in text:
+        raise CheckpointError(f"checkpoint file not found: {text}")
+    return bundled_checkpoint_path(text)
+
+
+def _load_weights_only(path: Path, map_location: Any) -> dict[str, Any]:
+    """``torch.load(weights_only=True)``; never falls back to unpickling arbitrary objects."""
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(
+            f"refusing to load {path}: it needs arbitrary pickled objects, which could run code "
+            f"when loaded. Only checkpoints of tensors and plain values are accepted "
+            f"(torch.load(weights_only=True) said: {first})") from None
+    except (OSError, RuntimeError, EOFError, ValueError) as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e}") from None
+    if not isinstance(payload, dict) or not {"state_dict", "hyper_parameters"} <= set(payload):
+        raise CheckpointError(f"{path} is not a Graphormer checkpoint: expected a dict with "
+                              "'state_dict' and 'hyper_parameters'")
+    return payload
+
+
+def module_from_payload(payload: dict[str, Any], source: str = "checkpoint") -> GraphormerModule:
+    """Builds ``GraphormerModule(**hyper_parameters)``, loads the weights, eval mode.
+
+    Lightning's private keys (``_instantiator``, ``_class_path``, any ``_``-prefixed one) are
+    dropped.
+
+    Raises:
+        CheckpointError: Hyper-parameters or weights that do not fit this code.
+    """
+    hparams = {k: v for k, v in dict(payload["hyper_parameters"]).items()
+               if not str(k).startswith("_")}
+    info = hparams.get("dataset_info")
+    if not isinstance(info, dict) or "featurizer" not in info:
+        raise CheckpointError(f"{source} has no featurizer in hyper_parameters['dataset_info']; "
+                              "it cannot be used on SMILES")
+    try:
+        module = GraphormerModule(**hparams)
+        module.load_state_dict(payload["state_dict"])
+    except (TypeError, ValueError, RuntimeError, KeyError) as e:
+        raise CheckpointError(f"{source} does not fit this version of graphormer-sepnorm: "
+                              f"{e}") from None
+    return module.eval()
+
+
+def load_checkpoint(path_or_name: str | Path = DEFAULT_CHECKPOINT,
+                    map_location: str | torch.device = "cpu") -> GraphormerModule:
+    """Loads a checkpoint file or a bundled model (``'molhiv'``, ``'zinc'``) for prediction.
+
+    Only ``torch.load(..., weights_only=True)`` is used: a checkpoint that needs arbitrary
+    pickled objects is refused and its payload never runs.
+
+    Args:
+        path_or_name: A checkpoint file, or the name of a bundled model.
+        map_location: Where tensors are loaded. Default: ``'cpu'``.
+
+    Returns:
+        The :class:`~graphormer_sepnorm.training.module.GraphormerModule`, in eval mode.
+
+    Raises:
+        CheckpointError: Not found, unsafe, or not a Graphormer checkpoint of this code.
+    """
+    path = resolve_checkpoint(path_or_name)
+    module = module_from_payload(_load_weights_only(path, map_location), str(path))
+    return module.to(map_location)
