@@ -54,10 +54,11 @@ class BiasedMultiheadAttention(nn.Module):
         if groups is not None and not need_weights and num_queries is None:
             if group_bias is None:
                 group_bias = groups.split_bias(bias)
-            parts = [self._attend(part, part_bias.view(part.shape[0], self.num_heads,
-                                                       *part_bias.shape[1:]))[0]
+            # projected per group: the padded merge is then not kept for backward
+            parts = [self.out(self._attend(part, part_bias.view(part.shape[0], self.num_heads,
+                                                                *part_bias.shape[1:]))[0])
                      for part, part_bias in zip(groups.split(x), group_bias, strict=True)]
-            return self.out(groups.merge(parts)), None
+            return groups.merge(parts), None
         out, weights = self._attend(x, bias, need_weights, num_queries)
         return self.out(out), weights
 

@@ -40,3 +40,14 @@ def test_bounds():
     assert torch.equal(dropout(torch.ones(10), 1.0), torch.zeros(10))
     with pytest.raises(ValueError):
         Dropout(1.5)
+
+
+def test_backward_scales_kept_elements_like_forward():
+    x = torch.randn(3, 50, requires_grad=True)
+    out = dropout(x, 0.2)
+    grad = torch.randn(3, 50)
+    out.backward(grad)
+    scale = 65536 / (65536 - round(0.2 * 65536))
+    kept = out != 0
+    torch.testing.assert_close(x.grad, grad * kept * scale)
+    torch.testing.assert_close(out, x.detach() * kept * scale)
