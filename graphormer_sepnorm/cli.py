@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from graphormer_sepnorm.datasets.base import GraphDataModule
 from graphormer_sepnorm.training.module import GraphormerModule
+from graphormer_sepnorm.training.resume import StepSeeding, find_last_checkpoint
 
 
 class GraphormerCLI(LightningCLI):
@@ -19,6 +23,37 @@ class GraphormerCLI(LightningCLI):
         """Adds the links between model and data."""
         parser.link_arguments("data.dataset_info", "model.dataset_info", apply_on="instantiate")
         parser.link_arguments("model.multi_hop_max_dist", "data.init_args.multi_hop_max_dist")
+
+    def before_instantiate_classes(self) -> None:
+        """Resolves ``--ckpt_path last`` across the logger's runs (see :func:`resolve_last`)."""
+        if self.subcommand is not None:
+            resolve_last(self.config[self.subcommand], self.subcommand)
+
+
+def resolve_last(config: Namespace, subcommand: str) -> None:
+    """Makes ``--ckpt_path last`` find the newest ``last.ckpt`` of the logger's earlier runs.
+
+    Lightning looks for ``last.ckpt`` only in this run's checkpoint folder, a new logger version
+    folder unless a version is given, so a resumed fit would silently start afresh. Here ``fit``
+    continues in the version folder of the newest ``save_dir/name/*/checkpoints/last*.ckpt``
+    (logs and checkpoints carry on there); other subcommands get that file as ``ckpt_path``.
+    With an explicit logger version, or before any run has written a ``last.ckpt``, Lightning's
+    own lookup stands (``--ckpt_path last`` on a first run just starts training).
+    """
+    if config.get("ckpt_path") != "last":
+        return
+    init = getattr(config.get("trainer.logger"), "init_args", None)
+    if not isinstance(init, Namespace) or init.get("version") is not None:
+        return
+    if init.get("save_dir") is None:
+        return
+    last = find_last_checkpoint(Path(init.save_dir) / (init.get("name") or ""))
+    if last is None:
+        return
+    if subcommand == "fit":
+        init.version = last.parent.parent.name
+    else:
+        config.ckpt_path = str(last)
 
 
 def main(args: list[str] | None = None) -> GraphormerCLI:
@@ -34,8 +69,10 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
         GraphDataModule,
         subclass_mode_data=True,
         args=args,
-        # Our datamodules shard size-grouped batches across DDP processes themselves.
-        trainer_defaults={"use_distributed_sampler": False},
+        # Our datamodules shard size-grouped batches across DDP processes themselves; dropout is
+        # seeded by the step count, so that resumed runs continue exactly.
+        trainer_defaults={"use_distributed_sampler": False,
+                          "callbacks": [StepSeeding()]},
         save_config_kwargs={"overwrite": True},
     )
 

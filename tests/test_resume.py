@@ -1,0 +1,137 @@
+"""A killed fit resumed with ``--ckpt_path last`` ends where an uninterrupted fit ends."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from tiny_data import write_zinc_raw
+
+from graphormer_sepnorm.cli import main, resolve_last
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# 12 training graphs in batches of 4: 3 steps an epoch, 9 in 3 epochs; dropout stays on (0.1).
+TINY = ["--model.num_layers", "2", "--model.hidden_dim", "16", "--model.ffn_dim", "16",
+        "--model.num_heads", "4", "--data.batch_size", "4", "--trainer.enable_progress_bar",
+        "false", "--trainer.enable_model_summary", "false", "--trainer.max_epochs", "3",
+        "--trainer.max_steps", "-1", "--trainer.val_check_interval", "null",
+        "--trainer.check_val_every_n_epoch", "1", "--model.warmup_steps", "2",
+        "--model.total_steps", "9"]
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashInSecondEpoch(Callback):
+    """Stands for a kill: raises before the second step of the second epoch."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.current_epoch == 1 and batch_idx == 1:
+            raise Crash("killed")
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("mirror")
+    write_zinc_raw(folder / "ZINC" / "raw")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _plain_argv(monkeypatch, mirror):
+    monkeypatch.setattr("sys.argv", ["graphormer-sepnorm"])
+    monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(mirror))
+
+
+def fit(tmp_path: Path, name: str, *extra: str):
+    return main(["fit", "--config", str(CONFIGS / "zinc_subset.yaml"), *TINY,
+                 "--data.root", str(tmp_path / "data"), "--trainer.default_root_dir",
+                 str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+                 "--trainer.logger.init_args.name", name, *extra])
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory, mirror) -> tuple[dict, dict]:
+    """The uninterrupted fit: its ``last.ckpt`` and its final metrics."""
+    tmp_path = tmp_path_factory.mktemp("whole")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.argv", ["graphormer-sepnorm"])
+        patch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(mirror))
+        cli = fit(tmp_path, "whole")
+    metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+    metrics["best"] = float(cli.trainer.checkpoint_callback.best_model_score)
+    assert cli.trainer.global_step == 9
+    return load(Path(cli.trainer.checkpoint_callback.dirpath) / "last.ckpt"), metrics
+
+
+def load(path: Path) -> dict:
+    return torch.load(path, weights_only=True, map_location="cpu")
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    assert a["global_step"] == b["global_step"] and a["epoch"] == b["epoch"]
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for key, value in a["state_dict"].items():
+        torch.testing.assert_close(b["state_dict"][key], value, rtol=1e-5, atol=1e-6, msg=key)
+    exp_avg = [s["exp_avg"] for s in a["optimizer_states"][0]["state"].values()]
+    exp_avg_b = [s["exp_avg"] for s in b["optimizer_states"][0]["state"].values()]
+    for x, y in zip(exp_avg, exp_avg_b, strict=True):
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6)
+    assert a["lr_schedulers"] == b["lr_schedulers"]
+
+
+def kill_then_resume(tmp_path: Path, name: str):
+    with pytest.raises(Crash):
+        fit(tmp_path, name, "--trainer.callbacks+", f"{__name__}.CrashInSecondEpoch")
+    killed = tmp_path / "runs" / name / "version_0" / "checkpoints" / "last.ckpt"
+    assert load(killed)["global_step"] == 3  # the end of the first epoch
+    return fit(tmp_path, name, "--ckpt_path", "last"), killed
+
+
+def test_resumed_fit_ends_like_an_uninterrupted_one(tmp_path, whole):
+    resumed, killed = kill_then_resume(tmp_path, "killed")
+    # `--ckpt_path last` continued the killed run's version folder, not a new version_1
+    assert Path(resumed.trainer.log_dir).name == "version_0"
+    assert Path(resumed.trainer.checkpoint_callback.dirpath) == killed.parent
+    assert not (tmp_path / "runs" / "killed" / "version_1").exists()
+    assert resumed.trainer.global_step == 9
+    ckpt, metrics = whole
+    assert_same_state(ckpt, load(killed))
+    for key in ("val/mae", "val/loss"):
+        assert float(resumed.trainer.callback_metrics[key]) == pytest.approx(
+            metrics[key], rel=1e-5, abs=1e-6)
+    assert float(resumed.trainer.checkpoint_callback.best_model_score) == pytest.approx(
+        metrics["best"], rel=1e-5, abs=1e-6)
+
+
+def test_dropout_follows_the_checkpointed_seed(tmp_path, whole):
+    """The control: dropout is on and its seed comes from the checkpoint, so the equality above
+    is not vacuous; another saved seed ends elsewhere."""
+    with pytest.raises(Crash):
+        fit(tmp_path, "killed", "--trainer.callbacks+", f"{__name__}.CrashInSecondEpoch")
+    killed = tmp_path / "runs" / "killed" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt = load(killed)
+    assert ckpt["callbacks"]["StepSeeding"] == {"seed": 0}  # seed_everything's
+    ckpt["callbacks"]["StepSeeding"]["seed"] = 1
+    torch.save(ckpt, killed)
+    fit(tmp_path, "killed", "--ckpt_path", "last")
+    a, b = whole[0]["state_dict"], load(killed)["state_dict"]
+    assert any(not torch.allclose(a[k], b[k], rtol=1e-5, atol=1e-6) for k in a)
+
+
+def test_ckpt_path_last_without_any_run_starts_afresh_and_test_gets_the_file(tmp_path):
+    from jsonargparse import Namespace
+
+    init = Namespace(save_dir=str(tmp_path / "runs"), name="x", version=None)
+    config = Namespace(ckpt_path="last", trainer=Namespace(logger=Namespace(init_args=init)))
+    resolve_last(config, "fit")
+    assert init.version is None and config.ckpt_path == "last"
+    last = tmp_path / "runs" / "x" / "version_3" / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    last.write_bytes(b"")
+    resolve_last(config, "test")
+    assert config.ckpt_path == str(last) and init.version is None
+    config.ckpt_path = "last"
+    resolve_last(config, "fit")
+    assert init.version == "version_3" and config.ckpt_path == "last"
