@@ -26,8 +26,11 @@ venv: $(BIN)/activate
 lint: venv
 	$(BIN)/ruff check .
 
-test: lint
-	OMP_NUM_THREADS=2 $(BIN)/pytest -q
+# The notebooks read MolHIV and ZINC-subset from the data root, through the mirror when set.
+LOCAL_MIRROR := $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mirror)
+
+test: lint $(LOCAL_MIRROR)
+	OMP_NUM_THREADS=2 $(BIN)/pytest -q tests --nbmake notebooks
 
 # Copies MolHIV into mirror/ and writes PyG's ZINC raw files there (about 2.5 minutes), once.
 mirror: mirror/ogbg_molhiv/RELEASE_v1.txt mirror/ZINC/raw/test.pickle
@@ -37,16 +40,19 @@ mirror/ogbg_molhiv/RELEASE_v1.txt:
 	cp -r $(SHARED_DATA)/ogbg_molhiv/. mirror/ogbg_molhiv/
 	chmod -R u+w mirror/ogbg_molhiv
 
-mirror/ZINC/raw/test.pickle: | venv
+mirror/ZINC/raw/test.pickle: | $(BIN)/activate
 	$(BIN)/python $(SHARED_DATA)/ZINC/build_raw.py mirror/ZINC
 
 # Trains Graphormer+SepNorm on MolHIV for about 10 minutes on the CPU, tests the best checkpoint
-# (validation ROC-AUC) and prints its test ROC-AUC.
+# (validation ROC-AUC), prints its test ROC-AUC, and predicts examples/molecules.smi with it.
 demo: venv $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mirror/ogbg_molhiv/RELEASE_v1.txt)
 	rm -rf $(DEMO)
 	$(CLI) fit $(DEMO_ARGS) --trainer.logger.init_args.save_dir runs --trainer.logger.init_args.version fit
 	$(CLI) test $(DEMO_ARGS) --trainer.logger.init_args.save_dir runs --trainer.logger.init_args.version test \
 		--ckpt_path "$$(ls $(DEMO)/fit/checkpoints/best-*.ckpt | head -1)" 2>&1 | tee $(DEMO)/test.log
+	$(BIN)/graphormer-sepnorm-predict examples/molecules.smi --no-progress --overwrite \
+		--checkpoint "$$(ls $(DEMO)/fit/checkpoints/best-*.ckpt | head -1)" -o $(DEMO)/molecules_preds.csv
+	@column -s, -t < $(DEMO)/molecules_preds.csv || cat $(DEMO)/molecules_preds.csv
 	@echo "demo: test ROC-AUC of the best checkpoint: $$(grep -o 'test/roc_auc *[0-9.]*' $(DEMO)/test.log | awk '{print $$2}')"
 
 clean:

@@ -21,6 +21,9 @@ from graphormer_sepnorm.training.module import GraphormerModule
 BUNDLED_CHECKPOINTS: dict[str, str] = {
     "molhiv": "molhiv.ckpt",  # ogbg-molhiv, binary: hiv_active_probability
     "zinc": "zinc.ckpt",  # ZINC-subset, regression: penalized_logp
+    # the ShareNorm baselines trained with the same data, seed and budget (notebook 02)
+    "molhiv_sharenorm": "molhiv_sharenorm.ckpt",
+    "zinc_sharenorm": "zinc_sharenorm.ckpt",
 }
 DEFAULT_CHECKPOINT = "molhiv"
 
@@ -124,3 +127,30 @@ def load_checkpoint(path_or_name: str | Path = DEFAULT_CHECKPOINT,
     path = resolve_checkpoint(path_or_name)
     module = module_from_payload(_load_weights_only(path, map_location), str(path))
     return module.to(map_location)
+
+
+def export_checkpoint(source: str | Path, destination: str | Path,
+                      card: dict[str, Any] | None = None) -> Path:
+    """Writes a prediction-only copy of a training checkpoint: weights and hyper-parameters.
+
+    Optimizer, scheduler and loop states are dropped (they triple a checkpoint's size and
+    prediction never needs them); ``card`` (plain values: data, config, metrics) is kept as
+    ``model_card``. The source is read with ``weights_only=True`` like any checkpoint.
+
+    Args:
+        source: a Lightning checkpoint.
+        destination: the file to write.
+        card: the model card, stored under ``'model_card'``.
+
+    Returns:
+        ``destination`` as a path.
+    """
+    payload = _load_weights_only(Path(source), "cpu")
+    module_from_payload(payload, str(source))  # refuse what prediction could not load
+    slim = {"state_dict": payload["state_dict"],
+            "hyper_parameters": {k: v for k, v in dict(payload["hyper_parameters"]).items()
+                                 if not str(k).startswith("_")},
+            "model_card": dict(card or {})}
+    out = Path(destination)
+    torch.save(slim, out)
+    return out
