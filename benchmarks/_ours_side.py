@@ -29,6 +29,7 @@ from torch_geometric.data import Data
 
 from graphormer_sepnorm import Graphormer, GraphormerBatch, GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.data import SizeGroupedBatchSampler
+from graphormer_sepnorm.nn.size_groups import SizeGroups
 
 
 def to_data(graph: Graph) -> Data:
@@ -107,12 +108,24 @@ class OursSide:
         """``(B, N)`` of each batch: graphs and padded atom count."""
         return [(len(b), max(self.sizes[i] for i in b)) for b in batches]
 
+    def groups(self, indices: list[int]) -> list[tuple[int, int]] | None:
+        """``(graphs, tokens)`` of each attention group the model forms for this batch."""
+        sizes = torch.tensor([self.sizes[i] for i in indices])
+        node_mask = torch.arange(int(sizes.max()))[None, :] < sizes[:, None]
+        groups = SizeGroups.plan(node_mask, self.model.layers[0].attention.num_heads)
+        return None if groups is None else list(zip(groups.counts, groups.lengths, strict=True))
+
+    def batch_flops(self, batches: list[list[int]]) -> int:
+        """Forward FLOPs of the model on these batches (attention per group, as it runs)."""
+        return sum(model_flops(len(b), n, groups=self.groups(b))
+                   for b, (_, n) in zip(batches, self.shapes(batches), strict=True))
+
 
 def flops_report(side: OursSide, train: Any, infer: Any) -> dict[str, float]:
     """Achieved model GFLOP/s in training and inference, and a ``torch.mm`` reference."""
-    train_shapes, infer_shapes = side.shapes(train.batches), side.shapes(infer.batches)
-    train_flops = 3 * sum(model_flops(b, n) for b, n in train_shapes)  # backward ~ 2x forward
-    infer_flops = sum(model_flops(b, n) for b, n in infer_shapes)
+    train_shapes = side.shapes(train.batches)
+    train_flops = 3 * side.batch_flops(train.batches)  # backward ~ 2x forward
+    infer_flops = side.batch_flops(infer.batches)
     rows = round(tokens_per_batch(train_shapes))
     return {
         "train_gflops": train_flops / train.seconds / 1e9,
