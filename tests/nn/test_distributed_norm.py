@@ -1,7 +1,5 @@
 """The graph token's BatchNorm under DDP equals single-process BatchNorm on the whole batch."""
 
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -25,8 +23,9 @@ def norm(sync: bool) -> GraphTokenBatchNorm:
     return bn
 
 
-def _worker(rank: int, port: int, sync: bool, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+def _worker(rank: int, sync: bool, out_dir: str) -> None:
+    # A file rendezvous: no port to pick, so no race with other processes for it.
+    dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank,
                             world_size=2)
     x, grad = inputs()
     part = x[ROWS[rank]].clone().requires_grad_()
@@ -40,10 +39,7 @@ def _worker(rank: int, port: int, sync: bool, out_dir: str) -> None:
 
 
 def run_two_processes(sync: bool, tmp_path) -> list[dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(port, sync, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(sync, str(tmp_path)), nprocs=2, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
 
 
