@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_data import write_ogb_molhiv, write_zinc_raw
 
 from graphormer_sepnorm.cli import main
 
@@ -14,12 +13,9 @@ TINY = ["--model.num_layers", "2", "--model.hidden_dim", "16", "--model.ffn_dim"
         "false", "--trainer.enable_model_summary", "false"]
 
 
-@pytest.fixture(scope="module")
-def mirror(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("mirror")
-    write_zinc_raw(folder / "ZINC" / "raw")
-    write_ogb_molhiv(folder / "ogbg_molhiv")
-    return folder
+@pytest.fixture
+def mirror(tiny_mirror) -> Path:
+    return tiny_mirror
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from tiny_data import write_ogb_molhiv, write_zinc_raw
 
 from graphormer_sepnorm.datasets import (
     MIRROR_ENV,
@@ -18,12 +17,9 @@ def snapshot(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def mirror(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("mirror")
-    write_zinc_raw(folder / "ZINC" / "raw")
-    write_ogb_molhiv(folder / "ogbg_molhiv")
-    return folder
+@pytest.fixture
+def mirror(tiny_mirror) -> Path:
+    return tiny_mirror
 
 
 def test_zinc_copies_from_mirror_and_never_writes_into_it(mirror, tmp_path):
