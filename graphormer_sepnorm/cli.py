@@ -77,5 +77,14 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
     )
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """Console entry point ``graphormer-sepnorm``: exits 0 after a successful run.
+
+    (:func:`main` returns the CLI object for programmatic use; a console script must not, since
+    ``sys.exit(obj)`` prints it and exits with status 1.)
+    """
     main()
+
+
+if __name__ == "__main__":
+    run()

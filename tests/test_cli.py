@@ -87,3 +87,13 @@ def test_zinc_test_reports_mae(tmp_path):
     last = Path(fit.trainer.checkpoint_callback.dirpath) / "last.ckpt"
     test = main(["test", *common(tmp_path, "zinc_subset.yaml"), "--ckpt_path", str(last)])
     assert float(test.trainer.callback_metrics["test/mae"]) > 0
+
+
+def test_console_script_exits_zero_after_success(monkeypatch):
+    """``sys.exit(main())`` would print the returned CLI object and exit with status 1."""
+    from graphormer_sepnorm import cli
+
+    pyproject = (CONFIGS.parent / "pyproject.toml").read_text()
+    assert 'graphormer-sepnorm = "graphormer_sepnorm.cli:run"' in pyproject
+    monkeypatch.setattr(cli, "main", lambda: object())
+    assert cli.run() is None
