@@ -52,7 +52,8 @@ demo: venv $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mir
 		--ckpt_path "$$(ls $(DEMO)/fit/checkpoints/best-*.ckpt | head -1)" 2>&1 | tee $(DEMO)/test.log
 	$(BIN)/graphormer-sepnorm-predict examples/molecules.smi --no-progress --overwrite \
 		--checkpoint "$$(ls $(DEMO)/fit/checkpoints/best-*.ckpt | head -1)" -o $(DEMO)/molecules_preds.csv
-	@column -s, -t < $(DEMO)/molecules_preds.csv || cat $(DEMO)/molecules_preds.csv
+	@$(BIN)/python -c "import pandas as p; print(p.read_csv('$(DEMO)/molecules_preds.csv', \
+		keep_default_na=False).to_string(index=False, max_colwidth=45))"
 	@echo "demo: test ROC-AUC of the best checkpoint: $$(grep -o 'test/roc_auc *[0-9.]*' $(DEMO)/test.log | awk '{print $$2}')"
 
 clean:
