@@ -1,9 +1,9 @@
 import networkx as nx
 import pytest
 import torch
-from graphs import ATOM_DIMS, BOND_DIMS, from_networkx, random_tree
+from graphs import ATOM_DIMS, BOND_DIMS, from_networkx, random_graph, random_tree
 
-from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.nn import AttentionBias, Graphormer
 
 
@@ -85,3 +85,26 @@ def test_attention_weights_sum_to_one_and_ignore_padding():
     assert (weights[0][1, :, :, 5:] == 0).all()
     # the explicit path equals the fused attention used otherwise
     torch.testing.assert_close(tokens, model.encode(batch)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_hop_sums_by_slices_equal_index_add_with_gradients():
+    from graphormer_sepnorm.nn.bias_encoders import _hop_blocks, sum_hops_by_pair
+
+    graphs = add_shortest_paths([random_graph(n, seed) for seed, n in enumerate([9, 14, 3, 20])])
+    batch = GraphormerCollator(4)(graphs)
+    assert _hop_blocks(batch.hop_pair, batch.hop_index) is not None  # the collator's layout
+    pairs = len(batch.pair_spd)
+    hops = torch.randn(len(batch.hop_pair), 3, requires_grad=True)
+    weight = torch.randn(pairs, 3)
+    fast = sum_hops_by_pair(torch.zeros(pairs, 3), hops, batch.hop_pair, batch.hop_index)
+    (grad_fast,) = torch.autograd.grad((fast * weight).sum(), hops)
+    slow = torch.zeros(pairs, 3).index_add(0, batch.hop_pair, hops)
+    (grad_slow,) = torch.autograd.grad((slow * weight).sum(), hops)
+    torch.testing.assert_close(fast, slow)
+    torch.testing.assert_close(grad_fast, grad_slow)
+    # any other layout falls back to index_add
+    shuffled = torch.randperm(len(batch.hop_pair))
+    assert _hop_blocks(batch.hop_pair[shuffled], batch.hop_index[shuffled]) is None
+    torch.testing.assert_close(
+        sum_hops_by_pair(torch.zeros(pairs, 3), hops[shuffled], batch.hop_pair[shuffled],
+                         batch.hop_index[shuffled]), slow)
