@@ -137,7 +137,6 @@ class Predictor:
         self.featurizer.max_atoms = max_atoms or self.featurizer.max_atoms or DEFAULT_MAX_ATOMS
         self.device = torch.device(device) if device else next(module.parameters()).device
         self.module = module.to(self.device).eval()
-        self.task = info["task"]
         self.columns = prediction_columns(info)
         self.batch_size = batch_size
         self.collator = GraphormerCollator(module.hparams["multi_hop_max_dist"])
@@ -164,10 +163,7 @@ class Predictor:
 
     def _outputs(self, emb: torch.Tensor) -> torch.Tensor:
         """Same as ``GraphormerModule.forward`` from the graph-token embeddings."""
-        out = self.module.model.head(emb).float()
-        if self.task == "binary":
-            return torch.sigmoid(out)
-        return out * self.module.target_std + self.module.target_mean
+        return self.module.to_predictions(self.module.model.head(emb))
 
     @torch.inference_mode()
     def predict_graphs(self, graphs: Sequence[Data | None], errors: Sequence[str],

@@ -127,7 +127,11 @@ class GraphormerModule(LightningModule):
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions in the targets' units (probabilities for classification), ``[B, T]``."""
-        out = self.model(batch).float()
+        return self.to_predictions(self.model(batch))
+
+    def to_predictions(self, out: Tensor) -> Tensor:
+        """The head's outputs ``[B, T]`` in the targets' units (probabilities if binary)."""
+        out = out.float()
         if self.task == "binary":
             return torch.sigmoid(out)
         return out * self.target_std + self.target_mean
@@ -165,7 +169,7 @@ class GraphormerModule(LightningModule):
                 out, target = out[:, 0], target[:, 0]
             metric.update(out, target)
         else:
-            metric.update(out * self.target_std + self.target_mean, batch.y)
+            metric.update(self.to_predictions(out), batch.y)
         self.log(f"{stage}/{self.metric_name}", metric, batch_size=batch.num_graphs,
                  prog_bar=True)
 
