@@ -15,6 +15,22 @@ from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler,
 SPLITS = ("train", "val", "test")
 
 
+def make_dataset_info(name: str, task: str, target_names: Sequence[str],
+                      featurizer: Any) -> dict[str, Any]:
+    """The ``dataset_info`` a model is built from: task, targets, the featurizer and its dims.
+
+    Args:
+        name: the dataset's name.
+        task: ``'regression'`` or ``'binary'``.
+        target_names: one name per output.
+        featurizer: a :class:`~graphormer_sepnorm.featurizers.Featurizer`.
+    """
+    return {"name": name, "task": task, "target_names": list(target_names),
+            "atom_feature_dims": list(featurizer.atom_feature_dims),
+            "edge_feature_dims": list(featurizer.edge_feature_dims),
+            "featurizer": featurizer.to_config()}
+
+
 class GraphList(Dataset):
     """A list of preprocessed graphs as a map-style dataset (indexing returns the object)."""
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm.datasets.base import GraphDataModule, make_dataset_info
 from graphormer_sepnorm.datasets.mirror import DatasetUnavailableError, prepare_raw, unavailable
 
 MOLHIV_FILES = (
@@ -52,11 +52,7 @@ class MolHIVDataModule(GraphDataModule):
         """Binary classification on OGB's atom and bond features."""
         from graphormer_sepnorm.featurizers import OgbFeaturizer
 
-        featurizer = OgbFeaturizer()
-        return {"name": "ogbg-molhiv", "task": "binary", "target_names": [MOLHIV_TARGET],
-                "atom_feature_dims": list(featurizer.atom_feature_dims),
-                "edge_feature_dims": list(featurizer.edge_feature_dims),
-                "featurizer": featurizer.to_config()}
+        return make_dataset_info("ogbg-molhiv", "binary", [MOLHIV_TARGET], OgbFeaturizer())
 
     def _dataset(self):  # noqa: ANN202 (ogb has no type hints)
         from ogb.graphproppred import PygGraphPropPredDataset

@@ -17,7 +17,7 @@ from rdkit import rdBase
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm.datasets.base import GraphDataModule, make_dataset_info
 from graphormer_sepnorm.featurizers import build_featurizer, featurize_many
 
 SPLIT_VALUES = {"train": "train", "val": "val", "valid": "val", "validation": "val",
@@ -245,10 +245,7 @@ class SmilesCSVDataModule(GraphDataModule):
     def dataset_info(self) -> dict[str, Any]:
         """The file's stem as name, the task, target columns, feature dims, featurizer."""
         name = Path(self.path).name.split(".")[0]
-        return {"name": name, "task": self.task, "target_names": list(self.target_columns),
-                "atom_feature_dims": list(self.featurizer.atom_feature_dims),
-                "edge_feature_dims": list(self.featurizer.edge_feature_dims),
-                "featurizer": self.featurizer.to_config()}
+        return make_dataset_info(name, self.task, self.target_columns, self.featurizer)
 
     def _featurize(self, table: CSVTable, path: Path) -> list[Data | None]:
         """Every row's graph with its ``y`` (``None`` when invalid), raising or warning."""

@@ -8,7 +8,7 @@ from typing import Any
 from torch_geometric.data import Data
 from torch_geometric.datasets import ZINC
 
-from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm.datasets.base import GraphDataModule, make_dataset_info
 from graphormer_sepnorm.datasets.mirror import prepare_raw, unavailable
 
 ZINC_RAW_FILES = ("train.pickle", "val.pickle", "test.pickle", "train.index", "val.index",
@@ -42,12 +42,8 @@ class ZINCDataModule(GraphDataModule):
         """Regression of ``penalized_logp`` on ZINC's 28 atom and 4 bond types."""
         from graphormer_sepnorm.featurizers import ZincFeaturizer
 
-        featurizer = ZincFeaturizer()
-        return {"name": "zinc_subset" if self.subset else "zinc", "task": "regression",
-                "target_names": [ZINC_TARGET],
-                "atom_feature_dims": list(featurizer.atom_feature_dims),
-                "edge_feature_dims": list(featurizer.edge_feature_dims),
-                "featurizer": featurizer.to_config()}
+        return make_dataset_info("zinc_subset" if self.subset else "zinc", "regression",
+                                 [ZINC_TARGET], ZincFeaturizer())
 
     def prepare_data(self) -> None:
         """Fetches raw files (mirror or download) and lets PyG process all three splits."""
