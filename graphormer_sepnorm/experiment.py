@@ -242,9 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = args.results_dir / f"{args.name}.csv"
     done = {(r["dataset"], r["norm"], r["seed"]) for r in read_rows(csv_path)}
     failed = 0
-    for config in args.configs:
-        for norm in args.norms:
-            for seed in args.seeds:
+    # Seeds outermost: a grid stopped early still holds every dataset and norm for its seeds.
+    for seed in args.seeds:
+        for config in args.configs:
+            for norm in args.norms:
                 if (Path(config).stem, norm, str(seed)) in done:
                     continue
                 try:
