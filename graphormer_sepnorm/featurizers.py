@@ -2,8 +2,10 @@
 
 A :class:`Featurizer` turns one SMILES string into a :class:`torch_geometric.data.Data` with long
 ``x`` ``[N, F_node]``, ``edge_index`` ``[2, E]`` (both directions of each bond) and ``edge_attr``
-``[E, F_edge]``, or raises :class:`FeaturizationError` with a short reason for the user. Its
-:meth:`~Featurizer.to_config` is plain JSON-able data, so it travels inside a checkpoint.
+``[E, F_edge]``, or raises :class:`FeaturizationError` with a short reason for the user. The same
+graph as plain numpy arrays (:meth:`~Featurizer.arrays`) is what prediction workers send between
+processes. Its :meth:`~Featurizer.to_config` is plain JSON-able data, so it travels inside a
+checkpoint.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
+import numpy as np
 import torch
 from ogb.utils import features as ogb_features
 from rdkit import Chem, rdBase
@@ -33,12 +36,46 @@ class FeaturizationError(ValueError):
     """A SMILES that cannot be featurized; the message is a short reason for the user."""
 
 
+class GraphArrays(NamedTuple):
+    """One featurized molecule as int64 numpy arrays (cheap to pickle between processes).
+
+    Attributes:
+        x: ``[N, F_node]`` atom features.
+        edge_index: ``[2, E]`` directed edges, both directions of each bond.
+        edge_attr: ``[E, F_edge]`` bond features.
+    """
+
+    x: np.ndarray
+    edge_index: np.ndarray
+    edge_attr: np.ndarray
+
+    def to_data(self) -> Data:
+        """The PyG ``Data`` (long tensors sharing these arrays' memory)."""
+        return Data(x=torch.from_numpy(self.x), edge_index=torch.from_numpy(self.edge_index),
+                    edge_attr=torch.from_numpy(self.edge_attr), num_nodes=len(self.x))
+
+
 def _rdkit_reason(messages: str) -> str:
     """First informative line of RDKit's error log, without timestamp, at most 160 chars."""
     for line in messages.splitlines():
         if line := ' '.join(_LOG_PREFIX.sub('', line).split()):
             return line if len(line) <= 160 else line[:157] + '...'
     return ''
+
+
+def _invalid(log: str) -> str:
+    reason = _rdkit_reason(log)
+    return f'invalid SMILES: {reason}' if reason else 'invalid SMILES'
+
+
+def _parse_log(text: str) -> str:
+    """What RDKit logs while failing to parse ``text`` (empty before RDKit 2026.09)."""
+    capture = getattr(rdBase, 'CaptureErrorLog', None)
+    if capture is None:
+        return ''
+    with rdBase.BlockLogs(), capture() as captured:
+        Chem.MolFromSmiles(text)
+    return captured.messages
 
 
 def parse_smiles(smiles: Any) -> Chem.Mol:
@@ -56,21 +93,13 @@ def parse_smiles(smiles: Any) -> Chem.Mol:
     text = smiles.strip()
     if not text:
         raise FeaturizationError('empty SMILES')
-    capture = getattr(rdBase, 'CaptureErrorLog', None)  # RDKit >= 2026.09
-    log = ''
     with rdBase.BlockLogs():
         try:
-            if capture is None:
-                mol = Chem.MolFromSmiles(text)
-            else:
-                with capture() as captured:
-                    mol = Chem.MolFromSmiles(text)
-                log = captured.messages
+            mol = Chem.MolFromSmiles(text)
         except Exception as e:  # RDKit raises for a few pathological strings
-            mol, log = None, str(e)
-    if mol is None:
-        reason = _rdkit_reason(log)
-        raise FeaturizationError(f'invalid SMILES: {reason}' if reason else 'invalid SMILES')
+            raise FeaturizationError(_invalid(str(e))) from None
+    if mol is None:  # parse again to read why: capturing RDKit's log costs every good row too
+        raise FeaturizationError(_invalid(_parse_log(text)))
     if mol.GetNumAtoms() == 0:
         raise FeaturizationError('molecule has 0 atoms')
     return mol
@@ -86,12 +115,9 @@ def _bonds(mol: Chem.Mol) -> list[Chem.Bond]:
     return [mol.GetBondWithIdx(i) for i in range(mol.GetNumBonds())]
 
 
-def _edge_tensors(
-    pairs: list[tuple[int, int]], feats: list[list[int]], width: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``edge_index`` ``[2, E]`` and ``edge_attr`` ``[E, width]`` long tensors (E may be 0)."""
-    edge_index = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2).t().contiguous()
-    return edge_index, torch.tensor(feats, dtype=torch.long).reshape(-1, width)
+def _in_range(values: np.ndarray, dims: Sequence[int]) -> bool:
+    """Whether every column ``c`` of ``values`` ``[rows, len(dims)]`` lies in ``[0, dims[c])``."""
+    return not values.size or bool(values.min() >= 0 and (values.max(0) < dims).all())
 
 
 class Featurizer(ABC):
@@ -120,28 +146,30 @@ class Featurizer(ABC):
         Raises:
             FeaturizationError: For anything that cannot be featurized, with a short reason.
         """
+        return self.arrays(smiles).to_data()
+
+    def arrays(self, smiles: str) -> GraphArrays:
+        """The graph of one SMILES as numpy arrays; raises as :meth:`__call__`."""
         mol = parse_smiles(smiles)
         n = mol.GetNumAtoms()
         if self.max_atoms is not None and n > self.max_atoms:
             raise FeaturizationError(
                 f'molecule has {n} atoms; this model supports at most {self.max_atoms}')
         try:
-            x, edge_index, edge_attr = self._featurize(mol)
+            graph = self._featurize(mol)
         except FeaturizationError:
             raise
         except Exception as e:  # never let user input crash the caller with another type
             raise FeaturizationError(f'could not featurize: {e}') from e
-        for kind, values, dims in [('atom', x, self.atom_feature_dims),
-                                   ('bond', edge_attr, self.edge_feature_dims)]:
-            if values.numel() and (bool((values.min(0).values < 0).any())
-                                   or any(m >= d for m, d in zip(values.max(0).values.tolist(),
-                                                                 dims, strict=True))):
+        for kind, values, dims in [('atom', graph.x, self.atom_feature_dims),
+                                   ('bond', graph.edge_attr, self.edge_feature_dims)]:
+            if not _in_range(values, dims):
                 raise FeaturizationError(f'{kind} feature outside the {self.name} vocabulary')
-        return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, num_nodes=n)
+        return graph
 
     @abstractmethod
-    def _featurize(self, mol: Chem.Mol) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``x``, ``edge_index``, ``edge_attr`` of a parsed, non-empty molecule."""
+    def _featurize(self, mol: Chem.Mol) -> GraphArrays:
+        """The graph of a freshly parsed, non-empty molecule (which it may modify)."""
 
     def to_config(self) -> dict[str, Any]:
         """Plain JSON-able description, rebuilt by :func:`featurizer_from_config`."""
@@ -195,7 +223,7 @@ class ZincFeaturizer(Featurizer):
             types.append(self._index[token])
         return types
 
-    def _featurize(self, mol: Chem.Mol) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _featurize(self, mol: Chem.Mol) -> GraphArrays:
         try:
             atoms = self._atom_types(mol)
         except FeaturizationError as original:
@@ -208,23 +236,34 @@ class ZincFeaturizer(Featurizer):
             except FeaturizationError:
                 raise original from None
             mol = canonical
-        mol = Chem.Mol(mol)
-        with rdBase.BlockLogs():
+        with rdBase.BlockLogs():  # in place: the molecule was parsed for this call
             Chem.Kekulize(mol, clearAromaticFlags=True)
-        edges: dict[tuple[int, int], int] = {}
-        for bond in _bonds(mol):
-            i, j, bond_type = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx(), bond.GetBondType()
-            if bond_type not in _ZINC_BONDS:
-                raise FeaturizationError(f'bond {bond_type.name.lower()} between atoms {i} and {j} '
-                                         'not in the ZINC vocabulary (single, double, triple)')
-            edges[i, j] = edges[j, i] = _ZINC_BONDS[bond_type]
-        pairs = sorted(edges)
-        edge_index, edge_attr = _edge_tensors(pairs, [[edges[p]] for p in pairs], 1)
-        return torch.tensor(atoms, dtype=torch.long).view(-1, 1), edge_index, edge_attr
+        # Bond orders as a matrix: one RDKit call instead of four per bond. Its nonzero
+        # entries come sorted by (source, target), PyG's order. A dative bond is one-sided,
+        # so any bond but single, double or triple changes the count or the values.
+        order = Chem.GetAdjacencyMatrix(mol, useBO=True, force=True)
+        source, target = np.nonzero(order)
+        kinds = order[source, target]
+        if len(kinds) != 2 * mol.GetNumBonds() or not (
+                (kinds == 1) | (kinds == 2) | (kinds == 3)).all():
+            _raise_bond_outside_zinc(mol)
+        return GraphArrays(np.asarray(atoms, dtype=np.int64).reshape(-1, 1),
+                           np.stack([source, target]).astype(np.int64),
+                           kinds.astype(np.int64).reshape(-1, 1))
 
     def to_config(self) -> dict[str, Any]:
         """Adds the ordered ``vocab`` to the base config."""
         return {**super().to_config(), 'vocab': list(self.vocab)}
+
+
+def _raise_bond_outside_zinc(mol: Chem.Mol) -> None:
+    """Raises for the first bond that is not single, double or triple."""
+    for bond in _bonds(mol):
+        if bond.GetBondType() not in _ZINC_BONDS:
+            raise FeaturizationError(
+                f'bond {bond.GetBondType().name.lower()} between atoms {bond.GetBeginAtomIdx()} '
+                f'and {bond.GetEndAtomIdx()} not in the ZINC vocabulary (single, double, triple)')
+    raise FeaturizationError('bond outside the ZINC vocabulary (single, double, triple)')
 
 
 class OgbFeaturizer(Featurizer):
@@ -244,7 +283,7 @@ class OgbFeaturizer(Featurizer):
         self.atom_feature_dims = list(ogb_features.get_atom_feature_dims())
         self.edge_feature_dims = list(ogb_features.get_bond_feature_dims())
 
-    def _featurize(self, mol: Chem.Mol) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _featurize(self, mol: Chem.Mol) -> GraphArrays:
         x = [ogb_features.atom_to_feature_vector(atom) for atom in _atoms(mol)]
         pairs: list[tuple[int, int]] = []
         feats: list[list[int]] = []
@@ -257,8 +296,9 @@ class OgbFeaturizer(Featurizer):
                                          f'and {j} not in the OGB vocabulary') from None
             pairs += [(i, j), (j, i)]
             feats += [feat, feat]
-        edge_index, edge_attr = _edge_tensors(pairs, feats, len(self.edge_feature_dims))
-        return torch.tensor(x, dtype=torch.long), edge_index, edge_attr
+        return GraphArrays(np.array(x, dtype=np.int64),
+                           np.array(pairs, dtype=np.int64).reshape(-1, 2).T.copy(),
+                           np.array(feats, dtype=np.int64).reshape(-1, len(self.edge_feature_dims)))
 
 
 _REGISTRY: dict[str, type[Featurizer]] = {'zinc': ZincFeaturizer, 'ogb': OgbFeaturizer}
@@ -292,18 +332,24 @@ def featurizer_from_config(config: dict[str, Any]) -> Featurizer:
 
 
 def featurize_many(
-    smiles: Iterable[str], featurizer: Featurizer
-) -> tuple[list[Data | None], list[str | None]]:
+    smiles: Iterable[str], featurizer: Featurizer, as_arrays: bool = False
+) -> tuple[list[Any], list[str | None]]:
     """Featurizes a column of SMILES without stopping at bad rows.
+
+    Args:
+        smiles: The SMILES, one per row.
+        featurizer: What turns one into a graph.
+        as_arrays: Give :class:`GraphArrays` instead of PyG ``Data``.
 
     Returns:
         Per row, the graph or ``None``, and ``None`` or the reason it failed.
     """
-    graphs: list[Data | None] = []
+    featurize = featurizer.arrays if as_arrays else featurizer
+    graphs: list[Any] = []
     errors: list[str | None] = []
     for s in smiles:
         try:
-            graph, error = featurizer(s), None
+            graph, error = featurize(s), None
         except FeaturizationError as e:
             graph, error = None, str(e)
         graphs.append(graph)
