@@ -15,7 +15,8 @@ from graphormer_sepnorm.featurizers import OgbFeaturizer, ZincFeaturizer
 from graphormer_sepnorm.predict import main, predict_smiles
 from graphormer_sepnorm.prediction import CheckpointError, Predictor, load_checkpoint
 from graphormer_sepnorm.prediction.checkpoints import bundled_checkpoint_path
-from graphormer_sepnorm.prediction.engine import featurize_with_paths, size_sorted_batches
+from graphormer_sepnorm.prediction.engine import featurize_with_paths
+from graphormer_sepnorm.prediction.prepare import size_sorted_batches
 from graphormer_sepnorm.training.module import GraphormerModule
 
 ROOT = Path(__file__).resolve().parents[1]

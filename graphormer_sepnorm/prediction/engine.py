@@ -3,8 +3,8 @@
 Within a chunk the molecules are sorted by size before batching (little padding), then the
 results are put back in input order. The model is in eval mode (BatchNorm uses its running
 statistics), so a molecule's prediction does not depend on its batch: batch size and row order
-change nothing beyond float noise. Featurization (RDKit, shortest paths) can run in worker
-processes, overlapping with the model on the previous chunk.
+change nothing beyond float noise. Featurization and collation (:mod:`.prepare`) can run in
+worker processes, overlapping with the model on the previous chunk.
 """
 
 from __future__ import annotations
@@ -22,6 +22,14 @@ from torch_geometric.data import Data
 
 from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.featurizers import Featurizer, featurize_many, featurizer_from_config
+from graphormer_sepnorm.prediction.prepare import (
+    PreparedChunk,
+    collate_sorted,
+    init_worker,
+    prepare_chunk,
+    prepare_in_worker,
+    unpack,
+)
 
 if TYPE_CHECKING:  # worker processes import this module: keep Lightning out of them
     from graphormer_sepnorm.training.module import GraphormerModule
@@ -61,58 +69,6 @@ def featurize_with_paths(smiles: Sequence[Any], featurizer: Featurizer
     graphs, errors = featurize_many(smiles, featurizer)
     add_shortest_paths([g for g in graphs if g is not None])
     return graphs, [e or "" for e in errors]
-
-
-_worker_featurizer: Featurizer | None = None
-
-
-def _init_worker(config: dict[str, Any]) -> None:
-    global _worker_featurizer
-    torch.set_num_threads(1)
-    _worker_featurizer = featurizer_from_config(config)
-
-
-Packed = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None
-
-
-def _pack(graph: Data | None) -> Packed:
-    """Numpy arrays: plain bytes through the pipe (torch would share one fd per tensor)."""
-    if graph is None:
-        return None
-    return graph.x.numpy(), graph.edge_index.numpy(), graph.edge_attr.numpy(), graph.spd.numpy()
-
-
-def _unpack(packed: Packed) -> Data | None:
-    if packed is None:
-        return None
-    x, edge_index, edge_attr, spd = (torch.from_numpy(a) for a in packed)
-    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, spd=spd, num_nodes=len(x))
-
-
-def _worker_featurize(smiles: list[Any]) -> tuple[list[Packed], list[str]]:
-    assert _worker_featurizer is not None
-    graphs, errors = featurize_with_paths(smiles, _worker_featurizer)
-    return [_pack(g) for g in graphs], errors
-
-
-def size_sorted_batches(sizes: Sequence[int], batch_size: int,
-                        max_pairs: int | None = None) -> list[list[int]]:
-    """Indices sorted by size (stable), cut into batches of at most ``batch_size``.
-
-    A batch also stops before ``B * (N_max + 1)^2`` exceeds ``max_pairs`` (default:
-    ``batch_size * 65^2``), so a few large molecules never make a huge attention tensor.
-    """
-    budget = max_pairs if max_pairs is not None else batch_size * 65 ** 2
-    order = np.argsort(np.asarray(sizes, dtype=np.int64), kind="stable")
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for index in order.tolist():
-        grown = (len(current) + 1) * (sizes[index] + 1) ** 2  # sizes increase along the order
-        if current and (len(current) == batch_size or grown > budget):
-            batches.append(current)
-            current = []
-        current.append(index)
-    return batches + [current] if current else batches
 
 
 class Predictor:
@@ -166,52 +122,56 @@ class Predictor:
         return self.module.to_predictions(self.module.model.head(emb))
 
     @torch.inference_mode()
-    def predict_graphs(self, graphs: Sequence[Data | None], errors: Sequence[str],
-                       return_embeddings: bool = False) -> ChunkResult:
-        """Runs the model on featurized rows (``None`` graphs stay NaN), in input order."""
-        rows = [i for i, g in enumerate(graphs) if g is not None]
-        preds = np.full((len(graphs), len(self.columns)), np.nan)
-        embs = np.full((len(graphs), self.embedding_dim), np.nan, dtype=np.float32)
-        sizes = [graphs[i].num_nodes for i in rows]
-        for batch in size_sorted_batches(sizes, self.batch_size):
-            members = [rows[k] for k in batch]
-            collated = self.collator([graphs[i] for i in members]).to(self.device)
-            emb = self.module.model.embed(collated)
+    def run(self, chunk: PreparedChunk, return_embeddings: bool = False) -> ChunkResult:
+        """Runs the model on a prepared chunk; flagged rows stay NaN."""
+        n = len(chunk.errors)
+        preds = np.full((n, len(self.columns)), np.nan)
+        embs = np.full((n, self.embedding_dim), np.nan, dtype=np.float32)
+        for members, batch in chunk.batches:
+            emb = self.module.model.embed(batch.to(self.device))
             preds[members] = self._outputs(emb).double().cpu().numpy()
             if return_embeddings:
                 embs[members] = emb.float().cpu().numpy()
-        return ChunkResult(preds, list(errors), embs if return_embeddings else None)
+        return ChunkResult(preds, list(chunk.errors), embs if return_embeddings else None)
+
+    def predict_graphs(self, graphs: Sequence[Data | None], errors: Sequence[str],
+                       return_embeddings: bool = False) -> ChunkResult:
+        """Runs the model on featurized rows (``None`` graphs stay NaN), in input order."""
+        chunk = collate_sorted(graphs, list(errors), self.collator, self.batch_size)
+        return self.run(chunk, return_embeddings)
 
     def predict(self, smiles: Sequence[Any], return_embeddings: bool = False) -> ChunkResult:
         """Featurizes (in this process) and predicts ``smiles``."""
-        graphs, errors = featurize_with_paths(smiles, self.featurizer)
-        return self.predict_graphs(graphs, errors, return_embeddings)
+        return self.run(self._prepare(smiles), return_embeddings)
+
+    def _prepare(self, smiles: Sequence[Any]) -> PreparedChunk:
+        return prepare_chunk(smiles, self.featurizer, self.collator, self.batch_size)
 
     def _start_pool(self) -> Any:
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
-            self._pool = context.Pool(self.num_workers, _init_worker,
-                                      (self.featurizer.to_config(),))
+            self._pool = context.Pool(
+                self.num_workers, init_worker,
+                (self.featurizer.to_config(), self.collator.multi_hop_max_dist, self.batch_size))
         return self._pool
 
     def _submit(self, smiles: list[Any], in_process: bool = False
-                ) -> Callable[[], tuple[list[Data | None], list[str]]]:
-        """Starts featurizing; the returned function waits for the graphs and errors."""
+                ) -> Callable[[], PreparedChunk]:
+        """Starts preparing; the returned function waits for the prepared chunk."""
         if self.num_workers <= 0 or in_process:
-            return lambda: featurize_with_paths(smiles, self.featurizer)
+            return lambda: self._prepare(smiles)
         pool = self._start_pool()
         step = max(1, -(-len(smiles) // (4 * self.num_workers)))
-        parts = [pool.apply_async(_worker_featurize, (smiles[i:i + step],))
+        parts = [(i, pool.apply_async(prepare_in_worker, (smiles[i:i + step],)))
                  for i in range(0, len(smiles), step)]
 
-        def wait() -> tuple[list[Data | None], list[str]]:
-            graphs: list[Data | None] = []
-            errors: list[str] = []
-            for part in parts:
-                g, e = part.get()
-                graphs += [_unpack(packed) for packed in g]
-                errors += e
-            return graphs, errors
+        def wait() -> PreparedChunk:
+            merged = PreparedChunk([], [])
+            for offset, part in parts:
+                prepared = unpack(part.get(), offset)
+                merged.batches += prepared.batches
+                merged.errors += prepared.errors
+            return merged
 
         return wait
 
@@ -236,10 +196,9 @@ class Predictor:
         while pending:
             yield self._finish(*pending.popleft(), return_embeddings)
 
-    def _finish(self, chunk: T, wait: Callable[[], Any], return_embeddings: bool
+    def _finish(self, chunk: T, wait: Callable[[], PreparedChunk], return_embeddings: bool
                 ) -> tuple[T, ChunkResult]:
-        graphs, errors = wait()
-        return chunk, self.predict_graphs(graphs, errors, return_embeddings)
+        return chunk, self.run(wait(), return_embeddings)
 
 
 def default_num_workers() -> int:

@@ -1,0 +1,125 @@
+"""SMILES to model-ready batches: featurize, shortest paths, size-sorted batches, collate.
+
+This is all the CPU work of prediction before the model. It runs in worker processes (or in the
+main process for the first chunk), so that the main process only runs the model: collating in
+the workers moved about 0.2 ms per ZINC molecule off the main process (measured). Batches cross
+the process boundary as numpy arrays, never as tensors (torch would share one file descriptor
+per tensor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
+from graphormer_sepnorm.data.shortest_paths import batched_shortest_paths
+from graphormer_sepnorm.featurizers import Featurizer, featurize_many, featurizer_from_config
+
+
+class _Graph(NamedTuple):
+    """What :class:`GraphormerCollator` reads of a graph, without building a PyG ``Data``."""
+
+    x: Tensor
+    edge_index: Tensor
+    edge_attr: Tensor
+    spd: Tensor
+
+
+@dataclass
+class PreparedChunk:
+    """A chunk of rows, featurized and collated.
+
+    Attributes:
+        batches: ``(rows, batch)`` pairs: the chunk's row indices in the batch's graph order.
+        errors: Per row, ``''`` or the reason it was flagged (no graph).
+    """
+
+    batches: list[tuple[list[int], GraphormerBatch]]
+    errors: list[str]
+
+
+def size_sorted_batches(sizes: Sequence[int], batch_size: int,
+                        max_pairs: int | None = None) -> list[list[int]]:
+    """Indices sorted by size (stable), cut into batches of at most ``batch_size``.
+
+    A batch also stops before ``B * (N_max + 1)^2`` exceeds ``max_pairs`` (default:
+    ``batch_size * 65^2``), so a few large molecules never make a huge attention tensor.
+    """
+    budget = max_pairs if max_pairs is not None else batch_size * 65 ** 2
+    order = np.argsort(np.asarray(sizes, dtype=np.int64), kind="stable")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order.tolist():
+        grown = (len(current) + 1) * (sizes[index] + 1) ** 2  # sizes increase along the order
+        if current and (len(current) == batch_size or grown > budget):
+            batches.append(current)
+            current = []
+        current.append(index)
+    return batches + [current] if current else batches
+
+
+def collate_sorted(graphs: Sequence[Any], errors: list[str], collator: GraphormerCollator,
+                   batch_size: int) -> PreparedChunk:
+    """Collates the graphs (``None`` where flagged) in size-sorted batches."""
+    rows = [i for i, g in enumerate(graphs) if g is not None]
+    sizes = [len(graphs[i].x) for i in rows]
+    batches = []
+    for batch in size_sorted_batches(sizes, batch_size):
+        members = [rows[k] for k in batch]
+        batches.append((members, collator([graphs[i] for i in members])))
+    return PreparedChunk(batches, errors)
+
+
+def prepare_chunk(smiles: Sequence[Any], featurizer: Featurizer, collator: GraphormerCollator,
+                  batch_size: int) -> PreparedChunk:
+    """Featurizes ``smiles`` (bad rows flagged, never raised) and collates them."""
+    arrays, errors = featurize_many(smiles, featurizer, as_arrays=True)
+    good = [a for a in arrays if a is not None]
+    spds = iter(batched_shortest_paths([a.edge_index for a in good], [len(a.x) for a in good]))
+    t = torch.from_numpy
+    graphs = [None if a is None else
+              _Graph(t(a.x), t(a.edge_index), t(a.edge_attr), t(next(spds).reshape(-1)))
+              for a in arrays]
+    return collate_sorted(graphs, [e or "" for e in errors], collator, batch_size)
+
+
+Packed = tuple[list[tuple[list[int], dict[str, np.ndarray | None]]], list[str]]
+
+
+def pack(chunk: PreparedChunk) -> Packed:
+    """Plain lists and numpy arrays, to send to another process."""
+    return [(rows, {f.name: None if (v := getattr(batch, f.name)) is None else v.numpy()
+                    for f in fields(batch)}) for rows, batch in chunk.batches], chunk.errors
+
+
+def unpack(packed: Packed, offset: int = 0) -> PreparedChunk:
+    """Inverse of :func:`pack`; row indices are shifted by ``offset``."""
+    batches = [([r + offset for r in rows],
+                GraphormerBatch(**{k: None if v is None else torch.from_numpy(v)
+                                   for k, v in arrays.items()}))
+               for rows, arrays in packed[0]]
+    return PreparedChunk(batches, packed[1])
+
+
+_worker_state: tuple[Featurizer, GraphormerCollator, int] | None = None
+
+
+def init_worker(featurizer_config: dict[str, Any], multi_hop_max_dist: int,
+                batch_size: int) -> None:
+    """Worker-process initializer: one thread, and the featurizer and collator to use."""
+    global _worker_state
+    torch.set_num_threads(1)
+    _worker_state = (featurizer_from_config(featurizer_config),
+                     GraphormerCollator(multi_hop_max_dist), batch_size)
+
+
+def prepare_in_worker(smiles: list[Any]) -> Packed:
+    """:func:`prepare_chunk` with the worker's featurizer and collator, packed."""
+    assert _worker_state is not None, "init_worker was not run in this process"
+    return pack(prepare_chunk(smiles, *_worker_state))

@@ -1,0 +1,49 @@
+from dataclasses import fields
+
+import torch
+from tiny_data import SMILES
+
+from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.featurizers import OgbFeaturizer, ZincFeaturizer
+from graphormer_sepnorm.prediction.engine import featurize_with_paths
+from graphormer_sepnorm.prediction.prepare import pack, prepare_chunk, unpack
+
+ROWS = ["bad(", *SMILES[:9], "", "C[Si](C)(C)C", *SMILES[9:]]
+
+
+def assert_batches_equal(a, b):
+    for f in fields(a):
+        left, right = getattr(a, f.name), getattr(b, f.name)
+        assert (left is None) == (right is None), f.name
+        if left is not None:
+            assert left.dtype == right.dtype and torch.equal(left, right), f.name
+
+
+def test_prepared_batches_equal_collating_the_pyg_graphs():
+    for featurizer in (ZincFeaturizer(), OgbFeaturizer()):
+        collator = GraphormerCollator(5)
+        chunk = prepare_chunk(ROWS, featurizer, collator, batch_size=4)
+        graphs, errors = featurize_with_paths(ROWS, featurizer)
+        assert chunk.errors == errors
+        rows = [r for members, _ in chunk.batches for r in members]
+        assert sorted(rows) == [i for i, g in enumerate(graphs) if g is not None]
+        assert all(len(members) <= 4 for members, _ in chunk.batches)
+        sizes = [graphs[r].num_nodes for r in rows]
+        assert sizes == sorted(sizes)  # size-sorted: little padding
+        for members, batch in chunk.batches:
+            assert_batches_equal(batch, collator([graphs[r] for r in members]))
+
+
+def test_pack_round_trip_shifts_rows():
+    chunk = prepare_chunk(ROWS, ZincFeaturizer(), GraphormerCollator(5), batch_size=8)
+    back = unpack(pack(chunk), offset=100)
+    assert back.errors == chunk.errors
+    assert len(back.batches) == len(chunk.batches)
+    for (rows, batch), (rows_back, batch_back) in zip(chunk.batches, back.batches, strict=True):
+        assert rows_back == [r + 100 for r in rows]
+        assert_batches_equal(batch, batch_back)
+
+
+def test_all_rows_flagged_gives_no_batches():
+    chunk = prepare_chunk(["", "xx("], ZincFeaturizer(), GraphormerCollator(5), batch_size=8)
+    assert chunk.batches == [] and all(chunk.errors)
