@@ -44,7 +44,7 @@ class SpatialEncoder(nn.Module):
         return self.embedding(bucket)
 
 
-def _hop_blocks(hop_pair: Tensor, hop_index: Tensor) -> list[int] | None:
+def hop_blocks(hop_pair: Tensor, hop_index: Tensor) -> list[int] | None:
     """Hops per hop index when the lists are hop-major with nested pair prefixes, else None.
 
     The collator lists every pair's hop 0, then hop 1, ...; the pairs with a hop ``k`` are the
@@ -69,7 +69,7 @@ def sum_hops_by_pair(num_pairs: int, hops: Tensor, hop_pair: Tensor, hop_index: 
     molecules against 12 ms this way, measured). With the collator's hop-major layout the hops
     of block ``k`` line up with the first pairs of block 0, so the blocks are added as slices,
     and block 0 holds each pair once, so the sums are copied to their rows, not added. Other
-    layouts, and other devices, take ``index_add``. ``blocks`` (from :func:`_hop_blocks`) skips
+    layouts, and other devices, take ``index_add``. ``blocks`` (from :func:`hop_blocks`) skips
     finding the layout again.
 
     Shapes:
@@ -77,7 +77,7 @@ def sum_hops_by_pair(num_pairs: int, hops: Tensor, hop_pair: Tensor, hop_index: 
     """
     out = hops.new_zeros(num_pairs, hops.shape[1])
     if blocks is None and hops.device.type == "cpu":
-        blocks = _hop_blocks(hop_pair, hop_index)
+        blocks = hop_blocks(hop_pair, hop_index)
     if blocks is None:
         return out.index_add(0, hop_pair, hops)
     summed, start = hops[: blocks[0]].clone(), blocks[0]
@@ -94,7 +94,7 @@ def _hops_below(k: int, hop_edge: Tensor, hop_index: Tensor, hop_pair: Tensor
     In the collator's hop-major layout these hops are a prefix: slicing it is free where boolean
     masks cost ~5 ms each per 256 ZINC molecules (measured).
     """
-    blocks = _hop_blocks(hop_pair, hop_index) if hop_index.device.type == "cpu" else None
+    blocks = hop_blocks(hop_pair, hop_index) if hop_index.device.type == "cpu" else None
     if blocks is None:
         used = hop_index < k
         return hop_edge[used], hop_index[used], hop_pair[used], None

@@ -127,7 +127,7 @@ class Predictor:
         n = len(chunk.errors)
         preds = np.full((n, len(self.columns)), np.nan)
         embs = np.full((n, self.embedding_dim), np.nan, dtype=np.float32)
-        for members, batch in chunk.batches:
+        for members, batch in chunk:
             emb = self.module.model.embed(batch.to(self.device))
             preds[members] = self._outputs(emb).double().cpu().numpy()
             if return_embeddings:

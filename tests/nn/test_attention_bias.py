@@ -88,11 +88,11 @@ def test_attention_weights_sum_to_one_and_ignore_padding():
 
 
 def test_hop_sums_by_slices_equal_index_add_with_gradients():
-    from graphormer_sepnorm.nn.bias_encoders import _hop_blocks, sum_hops_by_pair
+    from graphormer_sepnorm.nn.bias_encoders import hop_blocks, sum_hops_by_pair
 
     graphs = add_shortest_paths([random_graph(n, seed) for seed, n in enumerate([9, 14, 3, 20])])
     batch = GraphormerCollator(4)(graphs)
-    assert _hop_blocks(batch.hop_pair, batch.hop_index) is not None  # the collator's layout
+    assert hop_blocks(batch.hop_pair, batch.hop_index) is not None  # the collator's layout
     pairs = len(batch.pair_spd)
     hops = torch.randn(len(batch.hop_pair), 3, requires_grad=True)
     weight = torch.randn(pairs, 3)
@@ -104,7 +104,7 @@ def test_hop_sums_by_slices_equal_index_add_with_gradients():
     torch.testing.assert_close(grad_fast, grad_slow)
     # any other layout falls back to index_add
     shuffled = torch.randperm(len(batch.hop_pair))
-    assert _hop_blocks(batch.hop_pair[shuffled], batch.hop_index[shuffled]) is None
+    assert hop_blocks(batch.hop_pair[shuffled], batch.hop_index[shuffled]) is None
     torch.testing.assert_close(
         sum_hops_by_pair(pairs, hops[shuffled], batch.hop_pair[shuffled],
                          batch.hop_index[shuffled]), slow)
