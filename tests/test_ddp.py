@@ -15,7 +15,8 @@ process's is tested in tests/nn/test_distributed_norm.py.) With ``--model.sync_b
 false`` each process normalizes with its own 6 graphs and the running means move by ~5e-4.
 Evaluation batches of 3 split the 4 test graphs 3 + 1 between the processes: a mean of
 per-process MAEs, or a sampler that pads with repeated graphs, would differ from the
-single-process ``test/mae`` on the same checkpoint.
+single-process ``test/mae`` on the same checkpoint. Batches of 8 make one batch, which is halved
+so that each process has one (a process without any used to crash the test).
 
 The 2-process commands run in one subprocess (this file as a script): Lightning's ``ddp``
 launcher starts the second process by re-running the script, which it cannot do from inside
@@ -62,6 +63,13 @@ def ddp_script(work: Path) -> None:
     if test.trainer.global_rank == 0:
         metrics = {k: float(v) for k, v in test.trainer.callback_metrics.items()}
         (work / "ddp_test.json").write_text(json.dumps(metrics))
+    # one batch of all 4 test graphs: split 2 + 2, so neither process is left without any
+    test = main(["test", *run_args(work, "sync"), *DDP, "--trainer.logger.init_args.version",
+                 "test_split", "--data.eval_batch_size", "8",
+                 "--ckpt_path", str(checkpoint(work, "sync"))])
+    if test.trainer.global_rank == 0:
+        metrics = {k: float(v) for k, v in test.trainer.callback_metrics.items()}
+        (work / "ddp_test_split.json").write_text(json.dumps(metrics))
     main(["fit", *run_args(work, "nosync"), *DDP, "--model.sync_batch_norm", "false"])
 
 
@@ -110,6 +118,8 @@ def test_ddp_sync_batch_norm_and_exact_test_metrics(tmp_path, monkeypatch):
     ddp_test = json.loads((tmp_path / "ddp_test.json").read_text())
     one = main(["test", *run_args(tmp_path, "test1", "data_single"), "--ckpt_path",
                 str(checkpoint(tmp_path, "sync"))])
+    split = json.loads((tmp_path / "ddp_test_split.json").read_text())
     for key in ("test/mae", "test/loss"):
-        assert ddp_test[key] == pytest.approx(float(one.trainer.callback_metrics[key]),
-                                              rel=1e-6, abs=1e-7)
+        expected = float(one.trainer.callback_metrics[key])
+        assert ddp_test[key] == pytest.approx(expected, rel=1e-6, abs=1e-7)
+        assert split[key] == pytest.approx(expected, rel=1e-6, abs=1e-7)

@@ -44,13 +44,35 @@ class GraphList(Dataset):
         return self.graphs[index]
 
 
+def split_to_count(batches: list[list[int]], count: int) -> list[list[int]]:
+    """The batches, the largest ones halved until there are at least ``count``.
+
+    Graph order is kept. Under DDP an evaluation set with fewer batches than processes would
+    leave a process with none, and its metrics with nothing to synchronize.
+
+    Raises:
+        ValueError: fewer graphs than ``count``: some process would get none.
+    """
+    batches = [list(b) for b in batches]
+    while batches and len(batches) < count:
+        largest = max(range(len(batches)), key=lambda k: len(batches[k]))
+        if len(batches[largest]) < 2:
+            raise ValueError(f"{sum(map(len, batches))} graphs cannot give each of {count} "
+                             "processes at least one; use fewer devices for this split")
+        half = len(batches[largest]) // 2
+        batches[largest:largest + 1] = [batches[largest][:half], batches[largest][half:]]
+    return batches
+
+
 class ShardedBatches(Sampler[list[int]]):
     """Every ``world_size``-th batch of a batch sampler, for one DDP process.
 
     Training needs the same number of steps on every process (DDP all-reduces gradients each
     step), so ``even=True`` drops the last ``len % world_size`` batches of each epoch.
     Evaluation keeps every batch (``even=False``): no graph is seen twice, so metrics are exact;
-    the module's metrics synchronize once per epoch and tolerate uneven counts.
+    the module's metrics synchronize once per epoch and tolerate uneven counts. With fewer
+    evaluation batches than processes the largest are split (:func:`split_to_count`), so that
+    every process has at least one.
     """
 
     def __init__(self, batches: SizeGroupedBatchSampler, rank: int, world_size: int,
@@ -65,12 +87,15 @@ class ShardedBatches(Sampler[list[int]]):
         all_batches = list(self.batches)
         if self.even:
             all_batches = all_batches[: len(all_batches) - len(all_batches) % self.world_size]
+        else:
+            all_batches = split_to_count(all_batches, self.world_size)
         return iter(all_batches[self.rank::self.world_size])
 
     def __len__(self) -> int:
         total = len(self.batches)
         if self.even:
             return total // self.world_size
+        total = max(total, self.world_size) if total else 0
         return len(range(self.rank, total, self.world_size))
 
 
