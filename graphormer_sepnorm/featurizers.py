@@ -10,8 +10,6 @@ checkpoint.
 
 from __future__ import annotations
 
-import math
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, NamedTuple
@@ -22,6 +20,12 @@ from ogb.utils import features as ogb_features
 from rdkit import Chem, rdBase
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.smiles import FeaturizationError, parse_smiles
+
+__all__ = ['ZINC_ATOM_VOCAB', 'FeaturizationError', 'Featurizer', 'GraphArrays', 'OgbFeaturizer',
+           'ZincFeaturizer', 'build_featurizer', 'featurize_many', 'featurizer_from_config',
+           'parse_smiles']
+
 #: The 28 atom tokens of the ZINC benchmark (``atom_dict.pickle`` of benchmarking-gnns), in order.
 ZINC_ATOM_VOCAB: tuple[str, ...] = (
     'C', 'O', 'N', 'F', 'C H1', 'S', 'Cl', 'O -', 'N H1 +', 'Br', 'N H3 +', 'N H2 +', 'N +',
@@ -29,11 +33,6 @@ ZINC_ATOM_VOCAB: tuple[str, ...] = (
     'S H1 +', 'C H1 -', 'P H1 +',
 )  # fmt: skip
 _ZINC_BONDS = {Chem.BondType.SINGLE: 1, Chem.BondType.DOUBLE: 2, Chem.BondType.TRIPLE: 3}
-_LOG_PREFIX = re.compile(r'^\[\d\d:\d\d:\d\d\]\s*(SMILES Parse Error:\s*)?')
-
-
-class FeaturizationError(ValueError):
-    """A SMILES that cannot be featurized; the message is a short reason for the user."""
 
 
 class GraphArrays(NamedTuple):
@@ -53,56 +52,6 @@ class GraphArrays(NamedTuple):
         """The PyG ``Data`` (long tensors sharing these arrays' memory)."""
         return Data(x=torch.from_numpy(self.x), edge_index=torch.from_numpy(self.edge_index),
                     edge_attr=torch.from_numpy(self.edge_attr), num_nodes=len(self.x))
-
-
-def _rdkit_reason(messages: str) -> str:
-    """First informative line of RDKit's error log, without timestamp, at most 160 chars."""
-    for line in messages.splitlines():
-        if line := ' '.join(_LOG_PREFIX.sub('', line).split()):
-            return line if len(line) <= 160 else line[:157] + '...'
-    return ''
-
-
-def _invalid(log: str) -> str:
-    reason = _rdkit_reason(log)
-    return f'invalid SMILES: {reason}' if reason else 'invalid SMILES'
-
-
-def _parse_log(text: str) -> str:
-    """What RDKit logs while failing to parse ``text`` (empty before RDKit 2026.09)."""
-    capture = getattr(rdBase, 'CaptureErrorLog', None)
-    if capture is None:
-        return ''
-    with rdBase.BlockLogs(), capture() as captured:
-        Chem.MolFromSmiles(text)
-    return captured.messages
-
-
-def parse_smiles(smiles: Any) -> Chem.Mol:
-    """Parses a SMILES (stripped) with RDKit, sanitized, keeping RDKit's log off stderr.
-
-    ``None`` and NaN (an empty CSV cell read by pandas) count as empty SMILES.
-
-    Raises:
-        FeaturizationError: ``empty SMILES``, ``invalid SMILES: <RDKit's reason>``, ...
-    """
-    if smiles is None or (isinstance(smiles, float) and math.isnan(smiles)):
-        raise FeaturizationError('empty SMILES')
-    if not isinstance(smiles, str):
-        raise FeaturizationError(f'expected a SMILES string, got {type(smiles).__name__}')
-    text = smiles.strip()
-    if not text:
-        raise FeaturizationError('empty SMILES')
-    with rdBase.BlockLogs():
-        try:
-            mol = Chem.MolFromSmiles(text)
-        except Exception as e:  # RDKit raises for a few pathological strings
-            raise FeaturizationError(_invalid(str(e))) from None
-    if mol is None:  # parse again to read why: capturing RDKit's log costs every good row too
-        raise FeaturizationError(_invalid(_parse_log(text)))
-    if mol.GetNumAtoms() == 0:
-        raise FeaturizationError('molecule has 0 atoms')
-    return mol
 
 
 def _atoms(mol: Chem.Mol) -> list[Chem.Atom]:
