@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                     failed += 1
                     print(f"run failed: {err}", file=sys.stderr)
                 write_markdown(args.results_dir / f"{args.name}.md", read_rows(csv_path), args)
+    if csv_path.is_file():  # also when every run was done already: the table shows this command
+        write_markdown(args.results_dir / f"{args.name}.md", read_rows(csv_path), args)
     return failed
 
 
