@@ -80,11 +80,36 @@ def sum_hops_by_pair(num_pairs: int, hops: Tensor, hop_pair: Tensor, hop_index: 
         blocks = hop_blocks(hop_pair, hop_index)
     if blocks is None:
         return out.index_add(0, hop_pair, hops)
-    summed, start = hops[: blocks[0]].clone(), blocks[0]
-    for count in blocks[1:]:
-        summed[:count] += hops[start:start + count]
-        start += count
-    return out.index_copy(0, hop_pair[: blocks[0]], summed)
+    return out.index_copy(0, hop_pair[: blocks[0]], _SumHopBlocks.apply(hops, blocks))
+
+
+class _SumHopBlocks(torch.autograd.Function):
+    """``[blocks[0], H]``: row ``r`` sums row ``r`` of every hop block that has one.
+
+    Its own backward writes each block's gradient as a slice of one ``[M, H]`` tensor. Autograd
+    through the slices would build a zero ``[M, H]`` gradient per block and add them all up:
+    K full-size fills and adds, a quarter of a ZINC training step (measured).
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, hops: Tensor, blocks: list[int]
+                ) -> Tensor:
+        ctx.blocks = blocks  # type: ignore[attr-defined]
+        summed, start = hops[: blocks[0]].clone(), blocks[0]
+        for count in blocks[1:]:
+            summed[:count] += hops[start:start + count]
+            start += count
+        return summed
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor
+                 ) -> tuple[Tensor, None]:
+        blocks: list[int] = ctx.blocks  # type: ignore[attr-defined]
+        out, start = grad.new_empty(sum(blocks), grad.shape[1]), 0
+        for count in blocks:
+            out[start:start + count] = grad[:count]
+            start += count
+        return out, None
 
 
 def _hops_below(k: int, hop_edge: Tensor, hop_index: Tensor, hop_pair: Tensor
