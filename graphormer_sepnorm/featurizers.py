@@ -20,6 +20,7 @@ from ogb.utils import features as ogb_features
 from rdkit import Chem, rdBase
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.ogb_features import atom_features, bond_features
 from graphormer_sepnorm.smiles import FeaturizationError, parse_smiles
 
 __all__ = ['ZINC_ATOM_VOCAB', 'FeaturizationError', 'Featurizer', 'GraphArrays', 'OgbFeaturizer',
@@ -218,8 +219,9 @@ def _raise_bond_outside_zinc(mol: Chem.Mol) -> None:
 class OgbFeaturizer(Featurizer):
     """OGB's molecule features, exactly as ``ogb.utils.smiles2graph`` (9 atom, 3 bond columns).
 
-    The SMILES is parsed once, checked, and featurized with the same OGB functions
-    smiles2graph uses; edges come in smiles2graph's order ((i, j), (j, i) per bond).
+    The SMILES is parsed once, checked, and featurized with OGB's feature lists (lookups cached,
+    :mod:`graphormer_sepnorm.ogb_features`); edges come in smiles2graph's order ((i, j), (j, i)
+    per bond).
 
     Args:
         max_atoms: Largest molecule accepted (``None``: no limit).
@@ -233,13 +235,13 @@ class OgbFeaturizer(Featurizer):
         self.edge_feature_dims = list(ogb_features.get_bond_feature_dims())
 
     def _featurize(self, mol: Chem.Mol) -> GraphArrays:
-        x = [ogb_features.atom_to_feature_vector(atom) for atom in _atoms(mol)]
+        x = [atom_features(atom) for atom in _atoms(mol)]
         pairs: list[tuple[int, int]] = []
         feats: list[list[int]] = []
         for bond in _bonds(mol):
             i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
             try:
-                feat = ogb_features.bond_to_feature_vector(bond)
+                feat = bond_features(bond)
             except ValueError:  # OGB indexes bond stereo without a 'misc' fallback
                 raise FeaturizationError(f'bond stereo {bond.GetStereo().name} between atoms {i} '
                                          f'and {j} not in the OGB vocabulary') from None

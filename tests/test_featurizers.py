@@ -119,7 +119,12 @@ def test_single_atom_and_salt(featurizer):
 
 @pytest.mark.parametrize(
     'smiles', ['CCO', 'c1ccccc1', 'C[C@H](N)C(=O)O', 'C/C=C/Cl', 'c1cc[nH]c1',
-               'CC(=O)[O-].[Na+]', 'C[Si](C)(C)C', 'O=C1c2ccccc2C(=O)N1CC#N', 'C'])
+               'CC(=O)[O-].[Na+]', 'C[Si](C)(C)C', 'O=C1c2ccccc2C(=O)N1CC#N', 'C',
+               # OGB's 'misc' buckets and rarer values: dummy atom, radicals, degree 6 /
+               # SP3D2, charge +6, isotopes, ring stereo, a metal, OGB's own example
+               '*C', '[CH2]C', 'F[S](F)(F)(F)(F)F', '[Fe+6]', '[2H]C([2H])Cl',
+               'C[C@@H]1CC[C@H](C)CC1', '[O-][N+](=O)c1ccccc1', '[U]', 'Cl[C@H](/C=C/C)Br',
+               'FC(F)=C(F)F', 'c1ccc2[nH]ccc2c1'])
 def test_ogb_equals_smiles2graph(smiles):
     ref = smiles2graph(smiles)
     g = OgbFeaturizer()(smiles)
@@ -213,14 +218,14 @@ def test_ogb_guards(monkeypatch):
     def atropisomer(bond):
         raise ValueError("'STEREOATROPCW' is not in list")
 
-    monkeypatch.setattr(fz.ogb_features, 'bond_to_feature_vector', atropisomer)
+    monkeypatch.setattr(fz, 'bond_features', atropisomer)
     with pytest.raises(FeaturizationError, match='bond stereo .* not in the OGB vocabulary'):
         OgbFeaturizer()('CC')
     monkeypatch.undo()
-    monkeypatch.setattr(fz.ogb_features, 'atom_to_feature_vector', lambda atom: [999] + [0] * 8)
+    monkeypatch.setattr(fz, 'atom_features', lambda atom: [999] + [0] * 8)
     with pytest.raises(FeaturizationError, match='atom feature outside the ogb vocabulary'):
         OgbFeaturizer()('CC')
-    monkeypatch.setattr(fz.ogb_features, 'atom_to_feature_vector', lambda atom: 1 / 0)
+    monkeypatch.setattr(fz, 'atom_features', lambda atom: 1 / 0)
     with pytest.raises(FeaturizationError, match='could not featurize'):
         OgbFeaturizer()('CC')
 
