@@ -66,11 +66,11 @@ def sum_hops_by_pair(num_pairs: int, hops: Tensor, hop_pair: Tensor, hop_index: 
     """Each pair's hops summed: ``zeros(num_pairs, H).index_add(0, hop_pair, hops)``.
 
     On the CPU a scatter-add into pairs in random order is slow (42-55 ms for a batch of 256
-    ZINC molecules against 11 ms this way, measured on one core). With the collator's hop-major layout the hops
-    of block ``k`` line up with the first pairs of block 0, so the blocks are added as slices,
-    and block 0 holds each pair once, so the sums are copied to their rows, not added. Other
-    layouts, and other devices, take ``index_add``. ``blocks`` (from :func:`hop_blocks`) skips
-    finding the layout again.
+    ZINC molecules against 11 ms this way, measured on one core). With the collator's
+    hop-major layout the hops of block ``k`` line up with the first pairs of block 0, so the
+    blocks are added as slices, and block 0 holds each pair once, so the sums are copied to
+    their rows, not added. Other layouts, and other devices, take ``index_add``. ``blocks``
+    (from :func:`hop_blocks`) skips finding the layout again.
 
     Shapes:
         ``hops`` ``[M, H]``; ``hop_pair``, ``hop_index`` ``[M]`` -> ``[num_pairs, H]``.
