@@ -1,10 +1,10 @@
 """Featurize, batch and run a loaded model on SMILES, chunk by chunk.
 
-Within a chunk the molecules are sorted by size before batching (little padding), then the
-results are put back in input order. The model is in eval mode (BatchNorm uses its running
-statistics), so a molecule's prediction does not depend on its batch: batch size and row order
-change nothing beyond float noise. Featurization and collation (:mod:`.prepare`) can run in
-worker processes, overlapping with the model on the previous chunk.
+Within a chunk (or each worker's part of one) the molecules are sorted by size before batching
+(little padding), then the results are put back in input order. The model is in eval mode
+(BatchNorm uses its running statistics), so a molecule's prediction does not depend on its
+batch: batch size and row order change nothing beyond float noise. Featurization and collation
+(:mod:`.prepare`) can run in worker processes, overlapping with the model on the previous chunk.
 """
 
 from __future__ import annotations
