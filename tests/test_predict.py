@@ -8,14 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from tiny_data import SMILES
+from tiny_data import SMILES, featurize_with_paths
 
 from graphormer_sepnorm.data import GraphormerCollator
 from graphormer_sepnorm.featurizers import OgbFeaturizer, ZincFeaturizer
 from graphormer_sepnorm.predict import main, predict_smiles
 from graphormer_sepnorm.prediction import CheckpointError, Predictor, load_checkpoint
 from graphormer_sepnorm.prediction.checkpoints import bundled_checkpoint_path
-from graphormer_sepnorm.prediction.engine import featurize_with_paths
 from graphormer_sepnorm.prediction.prepare import size_sorted_batches
 from graphormer_sepnorm.training.module import GraphormerModule
 

@@ -2,11 +2,10 @@ from dataclasses import fields, replace
 
 import numpy as np
 import torch
-from tiny_data import SMILES
+from tiny_data import SMILES, featurize_with_paths
 
 from graphormer_sepnorm.data import GraphormerCollator
 from graphormer_sepnorm.featurizers import OgbFeaturizer, ZincFeaturizer
-from graphormer_sepnorm.prediction.engine import featurize_with_paths
 from graphormer_sepnorm.prediction.prepare import (
     pack,
     pack_batch,

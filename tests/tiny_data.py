@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from ogb.utils import smiles2graph
 
-from graphormer_sepnorm.featurizers import ZincFeaturizer
+from graphormer_sepnorm.data import add_shortest_paths
+from graphormer_sepnorm.featurizers import ZincFeaturizer, featurize_many
 
 SMILES = [
     "CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CCNCC1", "CC(C)Cc1ccc(C(C)C(=O)O)cc1",
@@ -70,3 +71,11 @@ def write_ogb_molhiv(folder: Path, split: tuple[int, int, int] = (12, 4, 4)) -> 
     _write_gz(folder / "mapping/mol.csv.gz", [["HIV_active", "smiles", "mol_id"]]
               + [[y[0], s, ""] for y, s in zip(labels, SMILES, strict=False)])
     (folder / "RELEASE_v1.txt").write_text("tiny test copy\n")
+
+
+def featurize_with_paths(smiles, featurizer):
+    """PyG graphs with shortest paths (``None`` where flagged) and per-row errors (``''`` if
+    fine): the plain path, a reference for the prediction pipeline's batches."""
+    graphs, errors = featurize_many(smiles, featurizer)
+    add_shortest_paths([g for g in graphs if g is not None])
+    return graphs, [e or "" for e in errors]

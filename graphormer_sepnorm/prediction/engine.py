@@ -18,13 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
-from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
-from graphormer_sepnorm.featurizers import Featurizer, featurize_many, featurizer_from_config
+from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.featurizers import featurizer_from_config
 from graphormer_sepnorm.prediction.prepare import (
     PreparedChunk,
-    collate_sorted,
     init_worker,
     prepare_chunk,
     prepare_in_worker,
@@ -61,14 +59,6 @@ def prediction_columns(dataset_info: dict[str, Any]) -> list[str]:
     if dataset_info["task"] == "binary":
         return [f"{name}_probability" for name in names]
     return names
-
-
-def featurize_with_paths(smiles: Sequence[Any], featurizer: Featurizer
-                         ) -> tuple[list[Data | None], list[str]]:
-    """Graphs with shortest paths (``None`` where flagged) and per-row errors (``''`` if fine)."""
-    graphs, errors = featurize_many(smiles, featurizer)
-    add_shortest_paths([g for g in graphs if g is not None])
-    return graphs, [e or "" for e in errors]
 
 
 class Predictor:
@@ -133,12 +123,6 @@ class Predictor:
             if return_embeddings:
                 embs[members] = emb.float().cpu().numpy()
         return ChunkResult(preds, list(chunk.errors), embs if return_embeddings else None)
-
-    def predict_graphs(self, graphs: Sequence[Data | None], errors: Sequence[str],
-                       return_embeddings: bool = False) -> ChunkResult:
-        """Runs the model on featurized rows (``None`` graphs stay NaN), in input order."""
-        chunk = collate_sorted(graphs, list(errors), self.collator, self.batch_size)
-        return self.run(chunk, return_embeddings)
 
     def predict(self, smiles: Sequence[Any], return_embeddings: bool = False) -> ChunkResult:
         """Featurizes (in this process) and predicts ``smiles``."""

@@ -119,6 +119,11 @@ def _narrow(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def _widen(values: Tensor) -> Tensor:
+    """Integer tensors back to int64 (what the model indexes with); others as they are."""
+    return values if values.is_floating_point() or values.dtype == torch.bool else values.long()
+
+
 def pack_batch(batch: GraphormerBatch) -> PackedBatch:
     """A batch as numpy arrays, small: ints narrowed, hop lists compact when hop-major.
 
@@ -137,14 +142,11 @@ def pack_batch(batch: GraphormerBatch) -> PackedBatch:
 
 def unpack_batch(arrays: PackedBatch) -> GraphormerBatch:
     """Inverse of :func:`pack_batch`."""
-    tensors = {k: None if v is None else torch.from_numpy(v) for k, v in arrays.items()}
-    tensors = {k: v.long() if v is not None and not v.is_floating_point() and v.dtype != torch.bool
-               else v for k, v in tensors.items()}
+    tensors = {k: None if v is None else _widen(torch.from_numpy(v)) for k, v in arrays.items()}
     blocks = tensors.pop("hop_blocks", None)
-    if blocks is not None:
+    if blocks is not None:  # never empty: hop_blocks gives None for no hops
         first = tensors["hop_pair"]
-        tensors["hop_pair"] = torch.cat([first[:count] for count in blocks.tolist()]) \
-            if len(blocks) else first
+        tensors["hop_pair"] = torch.cat([first[:count] for count in blocks.tolist()])
         tensors["hop_index"] = torch.repeat_interleave(torch.arange(len(blocks)), blocks)
     return GraphormerBatch(**tensors)
 
