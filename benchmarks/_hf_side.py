@@ -53,7 +53,8 @@ class HFSide:
         self.preprocess_item = preprocess_item
         self.collator = GraphormerDataCollator()  # HF default spatial_pos_max=20
         self.model = GraphormerForGraphClassification(hf_config())
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-4, weight_decay=0.01)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-4, weight_decay=0.01,
+                                           fused=True)
         self.batch_size = batch_size
         self.items: list[dict[str, Any]] = []
 

@@ -57,7 +57,8 @@ class OursSide:
         self.batch_size = batch_size
         self.seed = seed
         self.model = Graphormer(atom_feature_dims, bond_feature_dims, num_tasks=1)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-4, weight_decay=0.01)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-4, weight_decay=0.01,
+                                           fused=True)
         self.collator = GraphormerCollator(multi_hop_max_dist=20)
         self.data: list[Data] = []
         self.sizes: list[int] = []
