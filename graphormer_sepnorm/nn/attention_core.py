@@ -1,10 +1,19 @@
-"""Biased softmax attention with dropout, lean on memory for backward.
+"""Biased softmax attention with dropout for the CPU: head-dim-major layout, lean on memory.
 
-Plain autograd keeps three ``[B*H, Lq, L]`` float tensors per layer (the probabilities for the
-softmax, the float dropout mask and the dropped probabilities for the product with ``V``): for a
-batch holding a 90-atom molecule, most of the training memory. This function keeps the
-probabilities and a bool mask (5 bytes a score instead of 12), or, for large score tensors, only
-its inputs and the seed of its mask, recomputing the rest in backward.
+Two things make it faster and lighter than plain autograd on the CPU:
+
+- **Layout.** Queries, keys and values come as ``[G, d, L]`` (head dim before positions) and the
+  output leaves as ``[G, d, Lq]``. With a head dim of 10, MKL's batched products whose output
+  has only ``d`` columns (``P @ V`` and three of the backward products) run at a third of the
+  speed of the same products computed transposed, with ``L`` columns (measured: 5 against 16
+  GFLOP/s for 1,024 matrices of 29 x 29 by 29 x 10). Computing ``(P V)^T = V^T P^T`` and
+  friends costs no extra copy: the heads have to be moved out of the token-major projection
+  anyway.
+- **Memory.** Plain autograd keeps three ``[G, Lq, L]`` float tensors per layer (the
+  probabilities for the softmax, the float dropout mask and the dropped probabilities for the
+  product with ``V``). This keeps the probabilities and a ``uint8`` mask (5 bytes a score
+  instead of 12), or, for large score tensors, only its inputs and the seed of its mask,
+  recomputing the rest in backward.
 """
 
 from __future__ import annotations
@@ -13,16 +22,16 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from graphormer_sepnorm.nn.dropout import keep_mask
+from graphormer_sepnorm.nn.dropout import keep_mask, keep_scale
 
 RECOMPUTE_ABOVE = 1 << 22
 """Score tensors with more elements than this are recomputed in backward instead of kept."""
 
 
-def _probabilities(q: Tensor, k: Tensor, bias: Tensor, scale: float, p: float,
+def _probabilities(q_t: Tensor, k_t: Tensor, bias: Tensor, scale: float, p: float,
                    seed: int) -> tuple[Tensor, Tensor | None]:
-    """Softmax probabilities and the bool dropout mask (``None`` without dropout)."""
-    probs = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=scale).softmax(-1)
+    """Softmax probabilities ``[G, Lq, L]`` and the keep mask (``None`` without dropout)."""
+    probs = torch.baddbmm(bias, q_t.transpose(1, 2), k_t, alpha=scale).softmax(-1)
     if p == 0:
         return probs, None
     return probs, keep_mask(probs.shape, p, torch.Generator().manual_seed(seed))[0]
@@ -30,48 +39,50 @@ def _probabilities(q: Tensor, k: Tensor, bias: Tensor, scale: float, p: float,
 
 class _BiasedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: FunctionCtx, q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float,
-                p: float, recompute: bool) -> Tensor:
+    def forward(ctx: FunctionCtx, q_t: Tensor, k_t: Tensor, v_t: Tensor, bias: Tensor,
+                scale: float, p: float, recompute: bool) -> Tensor:
         # One draw from the global generator: seeding torch still makes runs reproducible.
         seed = int(torch.randint(0, 2**62, (1,))) if p > 0 else 0
-        probs, keep = _probabilities(q, k, bias, scale, p, seed)
+        probs, keep = _probabilities(q_t, k_t, bias, scale, p, seed)
         ctx.scale, ctx.p, ctx.seed, ctx.recompute = scale, p, seed, recompute
-        ctx.keep_scale = 1.0 if keep is None else keep_mask((0,), p)[1]
-        # Either the inputs (recompute) or the probabilities and a bool mask: 5 bytes a score.
-        ctx.save_for_backward(q, k, v, bias if recompute else probs, None if recompute else keep)
-        if keep is None:
-            return torch.bmm(probs, v)
-        return torch.bmm(probs * keep.to(probs.dtype).mul_(ctx.keep_scale), v)
+        # The dropout rescale is applied to the small [G, d, Lq] side, not to the scores.
+        ctx.keep_scale = 1.0 if keep is None else keep_scale(p)
+        # Either the inputs (recompute) or the probabilities and a uint8 mask: 5 bytes a score.
+        ctx.save_for_backward(q_t, k_t, v_t, bias if recompute else probs,
+                              None if recompute else keep)
+        dropped = probs if keep is None else keep.to(probs.dtype).mul_(probs)
+        out_t = torch.bmm(v_t, dropped.transpose(1, 2))
+        return out_t if keep is None else out_t.mul_(ctx.keep_scale)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: FunctionCtx, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        q, k, v, saved, keep = ctx.saved_tensors
+    def backward(ctx: FunctionCtx, grad_out_t: Tensor) -> tuple[Tensor | None, ...]:
+        q_t, k_t, v_t, saved, keep = ctx.saved_tensors
         if ctx.recompute:
-            probs, keep = _probabilities(q, k, saved, ctx.scale, ctx.p, ctx.seed)
+            probs, keep = _probabilities(q_t, k_t, saved, ctx.scale, ctx.p, ctx.seed)
         else:
             probs = saved
-        mask = None if keep is None else keep.to(probs.dtype).mul_(ctx.keep_scale)
-        grad_v = torch.bmm(probs.transpose(1, 2) if mask is None
-                           else (probs * mask).transpose(1, 2), grad_out)
-        grad = torch.bmm(grad_out, v.transpose(1, 2))  # d loss / d dropped probabilities
-        if mask is not None:
-            grad.mul_(mask)
-        # softmax backward: p * (g - sum(g * p))
-        grad.sub_((grad * probs).sum(-1, keepdim=True)).mul_(probs)
-        grad_q = torch.bmm(grad, k).mul_(ctx.scale)
-        grad_k = torch.bmm(grad.transpose(1, 2), q).mul_(ctx.scale)
-        return grad_q, grad_k, grad_v, grad, None, None, None
+        if keep is not None:
+            grad_out_t = grad_out_t * ctx.keep_scale
+        dropped = probs if keep is None else keep.to(probs.dtype).mul_(probs)
+        grad_v_t = torch.bmm(grad_out_t, dropped)
+        grad = torch.bmm(grad_out_t.transpose(1, 2), v_t)  # d loss / d dropped probabilities
+        if keep is not None:
+            grad.mul_(keep)
+        grad = torch.ops.aten._softmax_backward_data(grad, probs, -1, probs.dtype)
+        grad_q_t = torch.bmm(k_t, grad.transpose(1, 2)).mul_(ctx.scale)
+        grad_k_t = torch.bmm(q_t, grad).mul_(ctx.scale)
+        return grad_q_t, grad_k_t, grad_v_t, grad, None, None, None
 
 
-def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float,
+def biased_attention(q_t: Tensor, k_t: Tensor, v_t: Tensor, bias: Tensor, scale: float,
                      p: float = 0.0, recompute: bool | None = None) -> Tensor:
-    """``dropout(softmax(scale * q k^T + bias)) v`` on the CPU, lean on memory in backward.
+    """``(dropout(softmax(scale * q k^T + bias)) v)^T`` on the CPU, in the transposed layout.
 
     Args:
-        q: ``[G, Lq, d]`` queries (``G`` = batch x heads).
-        k: ``[G, L, d]`` keys.
-        v: ``[G, L, d]`` values.
+        q_t: ``[G, d, Lq]`` queries, head dim first (``G`` = batch x heads).
+        k_t: ``[G, d, L]`` keys.
+        v_t: ``[G, d, L]`` values.
         bias: ``[G, Lq, L]`` additive bias (may require grad).
         scale: multiplies the scores, usually ``d ** -0.5``.
         p: dropout on the probabilities, with the mask of
@@ -82,8 +93,8 @@ def biased_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, scale: float
             molecules, whose scores would dominate memory.
 
     Returns:
-        ``[G, Lq, d]``.
+        ``[G, d, Lq]``: the attention output, transposed.
     """
     if recompute is None:
         recompute = bias.numel() > RECOMPUTE_ABOVE
-    return _BiasedAttention.apply(q, k, v, bias, scale, p, recompute)
+    return _BiasedAttention.apply(q_t, k_t, v_t, bias, scale, p, recompute)

@@ -7,7 +7,8 @@ from graphormer_sepnorm.nn.dropout import keep_mask
 
 def inputs(dtype=torch.float64):
     gen = torch.Generator().manual_seed(0)
-    shapes = [(6, 5, 4), (6, 7, 4), (6, 7, 4), (6, 5, 7)]
+    # q_t [G, d, Lq], k_t and v_t [G, d, L], bias [G, Lq, L]
+    shapes = [(6, 4, 5), (6, 4, 7), (6, 4, 7), (6, 5, 7)]
     return [torch.randn(s, generator=gen, dtype=dtype).requires_grad_() for s in shapes]
 
 
@@ -22,7 +23,7 @@ def test_gradcheck_without_dropout(recompute):
 @pytest.mark.parametrize("p", [0.0, 0.3])
 def test_with_dropout_equals_autograd_reference_with_the_same_mask(p, recompute):
     ours, ref = inputs(torch.float32), inputs(torch.float32)
-    grad_out = torch.randn(6, 5, 4)
+    grad_out = torch.randn(6, 4, 5)
     torch.manual_seed(7)
     out = biased_attention(*ours, 0.5, p, recompute)
     torch.manual_seed(7)
@@ -31,8 +32,9 @@ def test_with_dropout_equals_autograd_reference_with_the_same_mask(p, recompute)
     if p > 0:
         keep, scale = keep_mask((6, 5, 7), p, torch.Generator().manual_seed(seed))
         mask = keep * scale
-    probs = torch.baddbmm(ref[3], ref[0], ref[1].transpose(1, 2), alpha=0.5).softmax(-1)
-    expected = (probs * mask) @ ref[2]
+    q, k, v = (t.transpose(1, 2) for t in ref[:3])  # the usual [G, L, d] layout
+    probs = torch.baddbmm(ref[3], q, k.transpose(1, 2), alpha=0.5).softmax(-1)
+    expected = ((probs * mask) @ v).transpose(1, 2)
     torch.testing.assert_close(out, expected)
     out.backward(grad_out)
     expected.backward(grad_out)
