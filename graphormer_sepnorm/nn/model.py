@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
@@ -131,11 +132,9 @@ class Graphormer(nn.Module):
         bias = self.attention_bias(batch).to(x.dtype)
         weights: list[Tensor] = []
         node_mask = batch.node_mask
-        # On the CPU, attention runs per group of similar-sized graphs (see SizeGroups); on a
-        # GPU the fused kernels make padding cheap and grouping would cost a host sync.
-        groups = group_bias = None
+        groups = group_bias = inverse = None
         if x.device.type == "cpu" and not need_weights:
-            groups = SizeGroups.plan(node_mask, bias.shape[1])
+            groups, inverse, x, bias, node_mask = _sort_into_groups(x, bias, node_mask)
             group_bias = None if groups is None else groups.split_bias(bias)
         for index, layer in enumerate(self.layers):
             last = graph_token_only and index == len(self.layers) - 1
@@ -143,7 +142,8 @@ class Graphormer(nn.Module):
                          group_bias=group_bias)
             if w is not None:
                 weights.append(w)
-        return self.final_norm(x, node_mask[:, : x.shape[1] - 1]), weights
+        x = self.final_norm(x, node_mask[:, : x.shape[1] - 1])
+        return (x if inverse is None else x.index_select(0, inverse)), weights
 
     def embed(self, batch: GraphormerBatch) -> Tensor:
         """Graph-token embeddings after the final norm, ``[B, D]``."""
@@ -152,3 +152,24 @@ class Graphormer(nn.Module):
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions (logits for classification), ``[B, num_tasks]``."""
         return self.head(self.embed(batch))
+
+
+def _sort_into_groups(x: Tensor, bias: Tensor, node_mask: Tensor
+                      ) -> tuple[SizeGroups | None, Tensor | None, Tensor, Tensor, Tensor]:
+    """Plans attention groups (see :class:`SizeGroups`) and sorts the batch by size for them.
+
+    On the CPU attention runs per group of similar-sized graphs; on a GPU the fused kernels make
+    padding cheap and grouping would cost a host sync. Sorting the graphs once here makes each
+    layer's groups plain slices: a gather in every layer (and a scatter in its backward) cost
+    ~5% of a ZINC training step. Every statistic is permutation-invariant.
+
+    Returns:
+        The groups (``None`` when one group is best), the permutation that restores batch order
+        (``None`` when already sorted), and ``x``, ``bias``, ``node_mask`` in group order.
+    """
+    groups = SizeGroups.plan(node_mask, bias.shape[1])
+    if groups is None or groups.order is None:
+        return groups, None, x, bias, node_mask
+    order, inverse = groups.order, groups.inverse
+    groups = replace(groups, order=None, inverse=None)
+    return groups, inverse, x.index_select(0, order), bias.index_select(0, order), node_mask[order]
