@@ -118,11 +118,13 @@ class LoopTimes:
     batches: list[list[int]] = field(default_factory=list)
 
 
-def run_loop(side: Side, passes: int, warmup: int, step: Callable[[Any], None]) -> LoopTimes:
+def run_loop(side: Side, passes: int, warmup: int, step: Callable[[Any], None],
+             probe: Callable[[list[int]], None] | None = None) -> LoopTimes:
     """Runs ``warmup`` untimed steps, then ``passes`` timed passes over the data.
 
     Collation happens per step, as in a DataLoader loop, but outside the step timer (it is part
-    of the preprocessing figure); its time is kept apart in ``collate_seconds``.
+    of the preprocessing figure); its time is kept apart in ``collate_seconds``. ``probe``, if
+    given, is called with each timed step's graph indices after the step, outside its timer.
     """
     first = side.batches(0)
     for indices in (first * (warmup // max(len(first), 1) + 1))[:warmup]:
@@ -140,6 +142,8 @@ def run_loop(side: Side, passes: int, warmup: int, step: Callable[[Any], None]) 
             times.steps += 1
             times.batches.append(indices)
             del batch
+            if probe is not None:
+                probe(indices)
     gc.collect()
     return times
 
@@ -177,9 +181,12 @@ def load_workload(path: Path) -> dict[str, Any]:
         return pickle.load(handle)
 
 
-def measure(side: Side, graphs: list[Graph], args: argparse.Namespace
+def measure(side: Side, graphs: list[Graph], args: argparse.Namespace,
+            probes: tuple[Callable[[list[int]], None], Callable[[list[int]], None]] | None = None
             ) -> tuple[dict[str, Any], LoopTimes, LoopTimes]:
     """Preprocessing, training and inference figures of one side.
+
+    ``probes``: called after each timed training and inference step (see :func:`run_loop`).
 
     Returns:
         The summary (JSON-ready) and the raw training and inference loop times.
@@ -188,8 +195,9 @@ def measure(side: Side, graphs: list[Graph], args: argparse.Namespace
     setup_rss = peak_rss_bytes()  # imports, model, optimizer and the raw graphs
     prep = side.prepare(graphs)
     gc.collect()
-    train = run_loop(side, args.passes, args.warmup, side.train_step)
-    infer = run_loop(side, 1, min(args.warmup, 1), side.infer_step)
+    train_probe, infer_probe = probes or (None, None)
+    train = run_loop(side, args.passes, args.warmup, side.train_step, train_probe)
+    infer = run_loop(side, 1, min(args.warmup, 1), side.infer_step, infer_probe)
     return {
         "molecules": len(graphs),
         "prep": prep,

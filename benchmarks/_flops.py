@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -51,14 +51,46 @@ def model_flops(graphs: int, atoms: int, num_layers: int = 12,
             + layer_flops(graphs, atoms, queries=1))
 
 
-def matmul_gflops(rows: int, inner: int, cols: int, seconds: float = 0.5) -> float:
-    """GFLOP/s of ``torch.mm([rows, inner], [inner, cols])`` under the current thread setting."""
-    a, b = torch.randn(rows, inner), torch.randn(inner, cols)
-    out = torch.empty(rows, cols)
-    for _ in range(3):  # warm-up
-        torch.mm(a, b, out=out)
-    reps, start = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - start) < seconds:
-        torch.mm(a, b, out=out)
-        reps += 1
-    return 2 * rows * inner * cols * reps / elapsed / 1e9
+class MatmulProbe:
+    """A ``torch.mm`` reference timed in short bursts between the model's steps.
+
+    The machine's speed drifts (the same matmul measured 40 to 83 GFLOP/s in runs minutes
+    apart), so a reference timed once, before or after the model, can land in another phase
+    than the model's steps. Called after each step with the step's graphs, the probe times
+    ``calls`` products ``[rows, inner] x [inner, cols]``, ``rows`` the step's padded tokens:
+    the reference then sees the same phases, and the same shapes, as the model.
+
+    Args:
+        rows_of: padded tokens ``B * (1 + N)`` of a step, from its graph indices.
+        inner: Default: 80 (the hidden size).
+        cols: Default: 240 (the QKV projection).
+        calls: products per burst. Default: 3.
+    """
+
+    def __init__(self, rows_of: Callable[[list[int]], int], inner: int = 80, cols: int = 240,
+                 calls: int = 3) -> None:
+        self.rows_of, self.inner, self.cols, self.calls = rows_of, inner, cols, calls
+        self.flops = self.seconds = 0.0
+        self.bursts = 0
+        self._operands: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, indices: list[int]) -> None:
+        """Times one burst for a step over graphs ``indices``."""
+        rows = self.rows_of(indices)
+        if rows not in self._operands:
+            self._operands[rows] = (torch.randn(rows, self.inner),
+                                    torch.randn(self.inner, self.cols),
+                                    torch.empty(rows, self.cols))
+        a, b, out = self._operands[rows]
+        torch.mm(a, b, out=out)  # warm: the model's step just ran through the caches
+        start = time.perf_counter()
+        for _ in range(self.calls):
+            torch.mm(a, b, out=out)
+        self.seconds += time.perf_counter() - start
+        self.flops += 2 * rows * self.inner * self.cols * self.calls
+        self.bursts += 1
+
+    @property
+    def gflops(self) -> float:
+        """GFLOP/s over all bursts so far."""
+        return self.flops / self.seconds / 1e9

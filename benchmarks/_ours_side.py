@@ -2,8 +2,9 @@
 
 Uses only the package's public API: ``add_shortest_paths``, ``GraphormerCollator``,
 ``SizeGroupedBatchSampler`` and ``Graphormer``. Besides the shared figures it reports the model's
-achieved GFLOP/s against a plain ``torch.mm`` of similar shape, and the same loops in dataset
-order (no size grouping) to show what the grouping buys.
+achieved GFLOP/s against a plain ``torch.mm`` of similar shape timed in bursts between the
+model's steps (:class:`MatmulProbe`), and the same loops in dataset order (no size grouping) to
+show what the grouping buys.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from _common import (
     worker_args,
     write_result,
 )
-from _flops import matmul_gflops, model_flops
+from _flops import MatmulProbe, model_flops
 from torch_geometric.data import Data
 
 from graphormer_sepnorm import Graphormer, GraphormerBatch, GraphormerCollator, add_shortest_paths
@@ -109,6 +110,10 @@ class OursSide:
         """``(B, N)`` of each batch: graphs and padded atom count."""
         return [(len(b), max(self.sizes[i] for i in b)) for b in batches]
 
+    def padded_tokens(self, indices: list[int]) -> int:
+        """``B * (1 + N)`` of a batch: its graphs times its padded length."""
+        return len(indices) * (1 + max(self.sizes[i] for i in indices))
+
     def groups(self, indices: list[int]) -> list[tuple[int, int]] | None:
         """``(graphs, tokens)`` of each attention group the model forms for this batch."""
         sizes = torch.tensor([self.sizes[i] for i in indices])
@@ -122,17 +127,17 @@ class OursSide:
                    for b, (_, n) in zip(batches, self.shapes(batches), strict=True))
 
 
-def flops_report(side: OursSide, train: Any, infer: Any) -> dict[str, float]:
-    """Achieved model GFLOP/s in training and inference, and a ``torch.mm`` reference."""
-    train_shapes = side.shapes(train.batches)
+def flops_report(side: OursSide, train: Any, infer: Any, probes: tuple[MatmulProbe, MatmulProbe]
+                 ) -> dict[str, float]:
+    """Achieved model GFLOP/s in training and inference, and the interleaved matmul references."""
     train_flops = 3 * side.batch_flops(train.batches)  # backward ~ 2x forward
     infer_flops = side.batch_flops(infer.batches)
-    rows = round(tokens_per_batch(train_shapes))
     return {
         "train_gflops": train_flops / train.seconds / 1e9,
         "infer_gflops": infer_flops / infer.seconds / 1e9,
-        "matmul_rows": rows,
-        "matmul_gflops": matmul_gflops(rows, 80, 240),
+        "matmul_rows": round(tokens_per_batch(side.shapes(train.batches))),
+        "train_matmul_gflops": probes[0].gflops,
+        "infer_matmul_gflops": probes[1].gflops,
     }
 
 
@@ -151,8 +156,9 @@ def main() -> None:
     workload = load_workload(args.graphs)
     side = OursSide(workload["atom_feature_dims"], workload["bond_feature_dims"],
                     args.batch_size, args.seed)
-    result, train, infer = measure(side, workload["graphs"], args)
-    result["flops"] = flops_report(side, train, infer)
+    probes = (MatmulProbe(side.padded_tokens), MatmulProbe(side.padded_tokens))
+    result, train, infer = measure(side, workload["graphs"], args, probes)
+    result["flops"] = flops_report(side, train, infer, probes)
     side.grouped = False  # what size grouping buys: the same loops in dataset order
     result["train_dataset_order"] = loop_summary(
         run_loop(side, 1, args.warmup, side.train_step))

@@ -91,11 +91,12 @@ def describe(name: str, r: dict[str, Any]) -> list[str]:
                  "imports, model, optimizer, raw graphs)")
     if "flops" in r:
         f = r["flops"]
+        train, infer = f["train_matmul_gflops"], f["infer_matmul_gflops"]
         lines.append(
             f"[{name}] model GFLOP/s: train {f['train_gflops']:.2f}, infer {f['infer_gflops']:.2f};"
-            f" torch.mm [{f['matmul_rows']}, 80] x [80, 240] {f['matmul_gflops']:.2f} -> train "
-            f"{f['train_gflops'] / f['matmul_gflops']:.0%}, infer "
-            f"{f['infer_gflops'] / f['matmul_gflops']:.0%} of the matmul")
+            f" torch.mm [B*L (mean {f['matmul_rows']}), 80] x [80, 240] between the steps: "
+            f"{train:.2f} in training, {infer:.2f} in inference -> train "
+            f"{f['train_gflops'] / train:.0%}, infer {f['infer_gflops'] / infer:.0%} of the matmul")
     return lines
 
 

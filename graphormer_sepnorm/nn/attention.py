@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphormer_sepnorm.nn.attention_core import biased_attention
 from graphormer_sepnorm.nn.dropout import dropout
+from graphormer_sepnorm.nn.head_major import attend_head_major, head_minor_rows
 from graphormer_sepnorm.nn.size_groups import SizeGroups
 
 
@@ -52,16 +52,32 @@ class BiasedMultiheadAttention(nn.Module):
         :mod:`~graphormer_sepnorm.nn.size_groups`); positions past a group's length get zeros.
         Ignored with ``need_weights`` or ``num_queries``.
         """
-        if groups is not None and not need_weights and num_queries is None:
-            if group_bias is None:
-                group_bias = groups.split_bias(bias)
-            # projected per group: the padded merge is then not kept for backward
-            parts = [self.out(self._attend(part, part_bias.view(part.shape[0], self.num_heads,
-                                                                *part_bias.shape[1:]))[0])
-                     for part, part_bias in zip(groups.split(x), group_bias, strict=True)]
-            return groups.merge(parts), None
+        if x.device.type == "cpu" and not need_weights:
+            return self._attend_cpu(x, bias, num_queries, groups, group_bias), None
         out, weights = self._attend(x, bias, need_weights, num_queries)
         return self.out(out), weights
+
+    def _attend_cpu(self, x: Tensor, bias: Tensor, num_queries: int | None,
+                    groups: SizeGroups | None, group_bias: list[Tensor] | None) -> Tensor:
+        """The CPU path: head-major blocks (see :mod:`~graphormer_sepnorm.nn.head_major`).
+
+        SDPA on the CPU is slower at head dim 10 (12 against 9 ms for 128 graphs of 29 tokens)
+        and with dropout falls back to an unfused kernel keeping three score-sized tensors.
+        """
+        heads = self.num_heads
+        weights = (head_minor_rows(self.qkv.weight, heads, 3),
+                   head_minor_rows(self.qkv.bias, heads, 3),
+                   head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
+        p = self.dropout if self.training else 0.0
+        if groups is None or num_queries is not None:
+            queries = x.shape[1] if num_queries is None else num_queries
+            bias = bias[:, :, :queries].transpose(0, 1).reshape(-1, queries, x.shape[1])
+            return attend_head_major(x, *weights, bias, heads, num_queries, p)
+        if group_bias is None:
+            group_bias = groups.split_bias(bias)
+        return groups.merge([attend_head_major(part, *weights, part_bias, heads, None, p)
+                             for part, part_bias in zip(groups.split(x), group_bias,
+                                                        strict=True)])
 
     def _attend(self, x: Tensor, bias: Tensor, need_weights: bool = False,
                 num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:
@@ -72,15 +88,6 @@ class BiasedMultiheadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         head_dim = dim // self.num_heads
         qkv = self.qkv(x).view(b, length, 3, self.num_heads, head_dim)
-        if x.device.type == "cpu" and not need_weights:
-            # SDPA on the CPU is slower for head dim 10 (12 against 9 ms for 128 graphs of 29
-            # tokens), and with dropout falls back to an unfused kernel keeping three
-            # score-sized tensors; biased_attention works head-dim-major ([G, d, L]), where
-            # MKL's small products are 3x faster, and keeps the probabilities and a uint8 mask.
-            q_t, k_t, v_t = qkv.permute(2, 0, 3, 4, 1).reshape(3, -1, head_dim, length)
-            out_t = biased_attention(q_t[..., :queries], k_t, v_t,
-                                     bias.reshape(-1, queries, length), head_dim**-0.5, dropout_p)
-            return out_t.view(b, dim, queries).transpose(1, 2), None
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
         q = q[:, :, :queries]
         if not need_weights:

@@ -155,7 +155,7 @@ class Graphormer(nn.Module):
 
 
 def _sort_into_groups(x: Tensor, bias: Tensor, node_mask: Tensor
-                      ) -> tuple[SizeGroups | None, Tensor | None, Tensor, Tensor, Tensor]:
+                      ) -> tuple[SizeGroups, Tensor | None, Tensor, Tensor, Tensor]:
     """Plans attention groups (see :class:`SizeGroups`) and sorts the batch by size for them.
 
     On the CPU attention runs per group of similar-sized graphs; on a GPU the fused kernels make
@@ -164,11 +164,14 @@ def _sort_into_groups(x: Tensor, bias: Tensor, node_mask: Tensor
     ~5% of a ZINC training step. Every statistic is permutation-invariant.
 
     Returns:
-        The groups (``None`` when one group is best), the permutation that restores batch order
-        (``None`` when already sorted), and ``x``, ``bias``, ``node_mask`` in group order.
+        The groups (the whole batch when one group is best), the permutation that restores
+        batch order (``None`` when already sorted), and ``x``, ``bias``, ``node_mask`` in group
+        order.
     """
     groups = SizeGroups.plan(node_mask, bias.shape[1])
-    if groups is None or groups.order is None:
+    if groups is None:
+        return SizeGroups.whole(*x.shape[:2]), None, x, bias, node_mask
+    if groups.order is None:
         return groups, None, x, bias, node_mask
     order, inverse = groups.order, groups.inverse
     groups = replace(groups, order=None, inverse=None)

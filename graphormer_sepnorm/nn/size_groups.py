@@ -97,6 +97,11 @@ class SizeGroups:
             length=1 + n,
         )
 
+    @classmethod
+    def whole(cls, batch_size: int, length: int) -> SizeGroups:
+        """The whole batch as one group of ``length`` tokens (what ``plan``'s ``None`` means)."""
+        return cls(order=None, inverse=None, counts=[batch_size], lengths=[length], length=length)
+
     def split(self, x: Tensor) -> list[Tensor]:
         """``x`` ``[B, L, ...]`` as one ``[B_g, L_g, ...]`` view per group."""
         if self.order is not None:
@@ -105,19 +110,21 @@ class SizeGroups:
                 in zip(x.split(self.counts), self.lengths, strict=True)]
 
     def split_bias(self, bias: Tensor) -> list[Tensor]:
-        """``bias`` ``[B, H, L, L]`` as one contiguous ``[B_g * H, L_g, L_g]`` tensor per group.
+        """``bias`` ``[B, H, L, L]`` as one contiguous ``[H * B_g, L_g, L_g]`` tensor per group.
 
-        Done once per batch: the layers share these, so backward gathers each group's gradient
-        into the full bias once, not once per layer.
+        Head-major (``g = h * B_g + b``), the batch order of the CPU attention block
+        (:mod:`~graphormer_sepnorm.nn.head_major`). Done once per batch: the layers share these,
+        so backward gathers each group's gradient into the full bias once, not once per layer.
         """
         if self.order is not None:
             bias = bias.index_select(0, self.order)
-        return [part[:, :, :length, :length].reshape(-1, length, length)
+        return [part[:, :, :length, :length].transpose(0, 1).reshape(-1, length, length)
                 for part, length in zip(bias.split(self.counts), self.lengths, strict=True)]
 
     def merge(self, parts: list[Tensor]) -> Tensor:
         """Inverse of :meth:`split` for ``[B_g, L_g, D]`` parts: ``[B, L, D]``, zero padding."""
-        padded = [torch.nn.functional.pad(part, (0, 0, 0, self.length - part.shape[1]))
+        padded = [part if part.shape[1] == self.length
+                  else torch.nn.functional.pad(part, (0, 0, 0, self.length - part.shape[1]))
                   for part in parts]
-        x = torch.cat(padded)
+        x = padded[0] if len(padded) == 1 else torch.cat(padded)
         return x if self.inverse is None else x.index_select(0, self.inverse)

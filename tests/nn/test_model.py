@@ -62,6 +62,18 @@ def test_every_parameter_gets_a_gradient(sepnorm):
     assert no_grad == expected
 
 
+def test_trains_under_cpu_bf16_autocast():
+    """``--trainer.precision bf16-mixed`` on the CPU: the custom attention and dropout run."""
+    model = small_model().train()
+    graphs = [random_graph(n, s, p=0.3) for s, n in enumerate([5, 9, 1, 7, 30])]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(collate(graphs))
+    out.float().sum().backward()
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert len(grads) > 20 and all(torch.isfinite(g).all() for g in grads)
+
+
 def test_overfits_32_random_graphs():
     torch.manual_seed(0)
     graphs = [random_graph(4 + s % 9, seed=s, p=0.35) for s in range(32)]
