@@ -61,55 +61,58 @@ def hop_blocks(hop_pair: Tensor, hop_index: Tensor) -> list[int] | None:
     return counts
 
 
-def sum_hops_by_pair(num_pairs: int, hops: Tensor, hop_pair: Tensor, hop_index: Tensor,
-                     blocks: list[int] | None = None) -> Tensor:
-    """Each pair's hops summed: ``zeros(num_pairs, H).index_add(0, hop_pair, hops)``.
+def sum_hops_by_pair(num_pairs: int, table: Tensor, rows: Tensor, hop_pair: Tensor,
+                     hop_index: Tensor, blocks: list[int] | None = None) -> Tensor:
+    """Each pair's sum of its hops' table rows: ``index_add(0, hop_pair, table[rows])``.
 
     On the CPU a scatter-add into pairs in random order is slow (42-55 ms for a batch of 256
     ZINC molecules against 11 ms this way, measured on one core). With the collator's
-    hop-major layout the hops of block ``k`` line up with the first pairs of block 0, so the
-    blocks are added as slices, and block 0 holds each pair once, so the sums are copied to
-    their rows, not added. Other layouts, and other devices, take ``index_add``. ``blocks``
-    (from :func:`hop_blocks`) skips finding the layout again.
+    hop-major layout the hops of block ``k`` line up with the first pairs of block 0, so each
+    block is gathered and added as a slice, and block 0 holds each pair once, so the sums are
+    copied to their rows, not added. Other layouts, and other devices, take ``index_add``.
+    ``blocks`` (from :func:`hop_blocks`) skips finding the layout again.
 
     Shapes:
-        ``hops`` ``[M, H]``; ``hop_pair``, ``hop_index`` ``[M]`` -> ``[num_pairs, H]``.
+        ``table`` ``[R, H]``; ``rows``, ``hop_pair``, ``hop_index`` ``[M]`` -> ``[num_pairs, H]``.
     """
-    out = hops.new_zeros(num_pairs, hops.shape[1])
-    if blocks is None and hops.device.type == "cpu":
+    out = table.new_zeros(num_pairs, table.shape[1])
+    if blocks is None and table.device.type == "cpu":
         blocks = hop_blocks(hop_pair, hop_index)
     if blocks is None:
-        return out.index_add(0, hop_pair, hops)
-    return out.index_copy(0, hop_pair[: blocks[0]], _SumHopBlocks.apply(hops, blocks))
+        return out.index_add(0, hop_pair, table.index_select(0, rows))
+    return out.index_copy(0, hop_pair[: blocks[0]], _GatherSumHopBlocks.apply(table, rows, blocks))
 
 
-class _SumHopBlocks(torch.autograd.Function):
-    """``[blocks[0], H]``: row ``r`` sums row ``r`` of every hop block that has one.
+class _GatherSumHopBlocks(torch.autograd.Function):
+    """``[blocks[0], H]``: row ``r`` sums ``table[rows[start_k + r]]`` over the blocks ``k``.
 
-    Its own backward writes each block's gradient as a slice of one ``[M, H]`` tensor. Autograd
-    through the slices would build a zero ``[M, H]`` gradient per block and add them all up:
-    K full-size fills and adds, a quarter of a ZINC training step (measured).
+    Gathers block by block, and its backward adds each block's gradient straight into the
+    table's: autograd through a gather and slices would materialize ``[M, H]`` twice (the
+    gathered rows, then one zero gradient per block: K full-size fills and adds, a quarter of a
+    ZINC training step, measured) before scattering it.
     """
 
     @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, hops: Tensor, blocks: list[int]
-                ) -> Tensor:
-        ctx.blocks = blocks  # type: ignore[attr-defined]
-        summed, start = hops[: blocks[0]].clone(), blocks[0]
+    def forward(ctx: torch.autograd.function.FunctionCtx, table: Tensor, rows: Tensor,
+                blocks: list[int]) -> Tensor:
+        ctx.blocks, ctx.num_rows = blocks, table.shape[0]  # type: ignore[attr-defined]
+        ctx.save_for_backward(rows)
+        summed, start = table.index_select(0, rows[: blocks[0]]), blocks[0]
         for count in blocks[1:]:
-            summed[:count] += hops[start:start + count]
+            summed[:count] += table.index_select(0, rows[start:start + count])
             start += count
         return summed
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor
-                 ) -> tuple[Tensor, None]:
+                 ) -> tuple[Tensor, None, None]:
+        (rows,) = ctx.saved_tensors
         blocks: list[int] = ctx.blocks  # type: ignore[attr-defined]
-        out, start = grad.new_empty(sum(blocks), grad.shape[1]), 0
+        table_grad, start = grad.new_zeros(ctx.num_rows, grad.shape[1]), 0  # type: ignore[attr-defined]
         for count in blocks:
-            out[start:start + count] = grad[:count]
+            table_grad.index_add_(0, rows[start:start + count], grad[:count])
             start += count
-        return out, None
+        return table_grad, None, None
 
 
 def _hops_below(k: int, hop_edge: Tensor, hop_index: Tensor, hop_pair: Tensor
@@ -180,8 +183,8 @@ class EdgePathEncoder(nn.Module):
         # lookups stays within E rows (cache-resident); edge-major rows made the gather 2.8x
         # and its backward scatter 1.3x slower on one core (measured on a ZINC batch).
         table = torch.einsum("eh,khg->keg", edges, self.hop_weight).reshape(-1, heads)
-        hops = table.index_select(0, hop_index * len(edges) + hop_edge)
-        out = sum_hops_by_pair(len(spd), hops, hop_pair, hop_index, blocks)
+        rows = hop_index * len(edges) + hop_edge
+        out = sum_hops_by_pair(len(spd), table, rows, hop_pair, hop_index, blocks)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
 

@@ -94,17 +94,20 @@ def test_hop_sums_by_slices_equal_index_add_with_gradients():
     batch = GraphormerCollator(4)(graphs)
     assert hop_blocks(batch.hop_pair, batch.hop_index) is not None  # the collator's layout
     pairs = len(batch.pair_spd)
-    hops = torch.randn(len(batch.hop_pair), 3, requires_grad=True)
+    # a table smaller than the hop lists, so rows repeat (their gradients must add up)
+    table = torch.randn(len(batch.hop_pair) // 3, 3, requires_grad=True)
+    rows = torch.randint(0, len(table), (len(batch.hop_pair),),
+                         generator=torch.Generator().manual_seed(0))
     weight = torch.randn(pairs, 3)
-    fast = sum_hops_by_pair(pairs, hops, batch.hop_pair, batch.hop_index)
-    (grad_fast,) = torch.autograd.grad((fast * weight).sum(), hops)
-    slow = torch.zeros(pairs, 3).index_add(0, batch.hop_pair, hops)
-    (grad_slow,) = torch.autograd.grad((slow * weight).sum(), hops)
+    fast = sum_hops_by_pair(pairs, table, rows, batch.hop_pair, batch.hop_index)
+    (grad_fast,) = torch.autograd.grad((fast * weight).sum(), table)
+    slow = torch.zeros(pairs, 3).index_add(0, batch.hop_pair, table[rows])
+    (grad_slow,) = torch.autograd.grad((slow * weight).sum(), table)
     torch.testing.assert_close(fast, slow)
     torch.testing.assert_close(grad_fast, grad_slow)
     # any other layout falls back to index_add
     shuffled = torch.randperm(len(batch.hop_pair))
     assert hop_blocks(batch.hop_pair[shuffled], batch.hop_index[shuffled]) is None
     torch.testing.assert_close(
-        sum_hops_by_pair(pairs, hops[shuffled], batch.hop_pair[shuffled],
+        sum_hops_by_pair(pairs, table, rows[shuffled], batch.hop_pair[shuffled],
                          batch.hop_index[shuffled]), slow)
