@@ -31,7 +31,8 @@ class GraphTokenBatchNorm(nn.BatchNorm1d):
     - A training batch of a single graph (globally, under DDP) has no batch statistic (plain
       BatchNorm raises). It is normalized with the running statistics instead, and they are left
       untouched, exactly as in eval mode. Last, odd-sized batches of an epoch therefore train.
-    - Statistics are computed in float32 even under mixed precision, then cast back.
+    - Statistics are computed in float32 even under mixed precision (float64 stays float64),
+      then cast back.
 
     In eval mode the running statistics are used, so a graph's output never depends on the other
     graphs of its batch.
@@ -51,7 +52,7 @@ class GraphTokenBatchNorm(nn.BatchNorm1d):
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes ``x`` of shape ``[B, D]``."""
         with torch.autocast(x.device.type, enabled=False):
-            x32 = x.float()
+            x32 = x.to(_statistics_dtype(x))
             if self.training and self.sync and is_distributed():
                 out = self._global_batch_norm(x32)
             elif self.training and x.shape[0] == 1:
@@ -84,8 +85,13 @@ class MaskedBatchNorm(nn.BatchNorm1d):
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         out = torch.zeros_like(x)
         with torch.autocast(x.device.type, enabled=False):
-            out[mask] = super().forward(x[mask].float()).to(x.dtype)
+            out[mask] = super().forward(x[mask].to(_statistics_dtype(x))).to(x.dtype)
         return out
+
+
+def _statistics_dtype(x: Tensor) -> torch.dtype:
+    """float32 for half precisions (statistics need the range), float64 stays float64."""
+    return torch.promote_types(x.dtype, torch.float32)
 
 
 def _cls_norm(kind: NormKind, dim: int, eps: float, momentum: float,

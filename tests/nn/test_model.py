@@ -74,6 +74,30 @@ def test_trains_under_cpu_bf16_autocast():
     assert len(grads) > 20 and all(torch.isfinite(g).all() for g in grads)
 
 
+def test_float64_gradients_match_finite_differences():
+    """The CPU path's own backwards (attention block, head split, hop sums) in one gradcheck."""
+    torch.manual_seed(0)
+    model = small_model(num_layers=2, hidden_dim=8, ffn_dim=8, num_heads=2, dropout=0.0,
+                        attention_dropout=0.0, activation_dropout=0.0,
+                        multi_hop_max_dist=3).double().train()
+    # sizes apart enough for two attention groups; one disconnected graph
+    graphs = [random_graph(n, s, p=0.4) for s, n in enumerate([3, 4, 12])]
+    graphs.append(random_graph(6, seed=7, p=0.05))
+    batch = collate(graphs)
+    names = ["layers.0.attention.qkv.weight", "layers.1.attention.out.weight",
+             "attention_bias.edge.hop_weight", "attention_bias.spatial.embedding.weight"]
+    params = dict(model.named_parameters())
+
+    def outputs(*values):
+        chosen = dict(zip(names, values, strict=True))
+        return torch.func.functional_call(model, {**params, **chosen}, (batch,))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("graphormer_sepnorm.nn.size_groups.GROUP_OVERHEAD", 0)
+        assert torch.autograd.gradcheck(outputs, [params[n].detach().requires_grad_()
+                                                  for n in names])
+
+
 def test_overfits_32_random_graphs():
     torch.manual_seed(0)
     graphs = [random_graph(4 + s % 9, seed=s, p=0.35) for s in range(32)]
