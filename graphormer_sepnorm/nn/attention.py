@@ -65,17 +65,17 @@ class BiasedMultiheadAttention(nn.Module):
         and with dropout falls back to an unfused kernel keeping three score-sized tensors.
         """
         heads = self.num_heads
-        weights = (head_minor_rows(self.qkv.weight, heads, 3),
-                   head_minor_rows(self.qkv.bias, heads, 3),
-                   head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
+        projections = (head_minor_rows(self.qkv.weight, heads, 3),
+                       head_minor_rows(self.qkv.bias, heads, 3),
+                       head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
         p = self.dropout if self.training else 0.0
         if groups is None or num_queries is not None:
             queries = x.shape[1] if num_queries is None else num_queries
             bias = bias[:, :, :queries].transpose(0, 1).reshape(-1, queries, x.shape[1])
-            return attend_head_major(x, *weights, bias, heads, num_queries, p)
+            return attend_head_major(x, *projections, bias, heads, num_queries, p)
         if group_bias is None:
             group_bias = groups.split_bias(bias)
-        return groups.merge([attend_head_major(part, *weights, part_bias, heads, None, p)
+        return groups.merge([attend_head_major(part, *projections, part_bias, heads, None, p)
                              for part, part_bias in zip(groups.split(x), group_bias,
                                                         strict=True)])
 

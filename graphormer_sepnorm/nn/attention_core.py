@@ -37,6 +37,11 @@ def _probabilities(q_t: Tensor, k_t: Tensor, bias: Tensor, scale: float, p: floa
     return probs, keep_mask(probs.shape, p, torch.Generator().manual_seed(seed))[0]
 
 
+def _dropped(probs: Tensor, keep: Tensor | None) -> Tensor:
+    """The probabilities with the dropped ones zeroed (not rescaled: see ``keep_scale``)."""
+    return probs if keep is None else keep.to(probs.dtype).mul_(probs)
+
+
 class _BiasedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, q_t: Tensor, k_t: Tensor, v_t: Tensor, bias: Tensor,
@@ -50,7 +55,7 @@ class _BiasedAttention(torch.autograd.Function):
         # Either the inputs (recompute) or the probabilities and a uint8 mask: 5 bytes a score.
         ctx.save_for_backward(q_t, k_t, v_t, bias if recompute else probs,
                               None if recompute else keep)
-        dropped = probs if keep is None else keep.to(probs.dtype).mul_(probs)
+        dropped = _dropped(probs, keep)
         out_t = torch.bmm(v_t, dropped.transpose(1, 2))
         return out_t if keep is None else out_t.mul_(ctx.keep_scale)
 
@@ -64,7 +69,7 @@ class _BiasedAttention(torch.autograd.Function):
             probs = saved
         if keep is not None:
             grad_out_t = grad_out_t * ctx.keep_scale
-        dropped = probs if keep is None else keep.to(probs.dtype).mul_(probs)
+        dropped = _dropped(probs, keep)
         grad_v_t = torch.bmm(grad_out_t, dropped)
         grad = torch.bmm(grad_out_t.transpose(1, 2), v_t)  # d loss / d dropped probabilities
         if keep is not None:

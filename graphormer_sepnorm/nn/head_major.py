@@ -51,12 +51,10 @@ class _SplitHeads(torch.autograd.Function):
         shape = ctx.shape  # type: ignore[attr-defined]
         _, head_dim, num_heads, batch, length = shape
         grad = grads[0].new_empty(shape)
+        # autograd materializes unused outputs' gradients as zeros, so none is None here
         for block, part in enumerate(grads):
-            if part is None:
-                grad[block].zero_()
-            else:  # contiguous [H, B, d, L] into the [d, H, B, L] block: runs of L floats
-                grad[block].permute(1, 2, 0, 3).copy_(part.view(num_heads, batch, head_dim,
-                                                                length))
+            # contiguous [H, B, d, L] into the [d, H, B, L] block: runs of L floats
+            grad[block].permute(1, 2, 0, 3).copy_(part.view(num_heads, batch, head_dim, length))
         return grad.view(-1, batch * length), None, None, None
 
 

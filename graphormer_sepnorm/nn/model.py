@@ -135,7 +135,7 @@ class Graphormer(nn.Module):
         groups = group_bias = inverse = None
         if x.device.type == "cpu" and not need_weights:
             groups, inverse, x, bias, node_mask = _sort_into_groups(x, bias, node_mask)
-            group_bias = None if groups is None else groups.split_bias(bias)
+            group_bias = groups.split_bias(bias)
         for index, layer in enumerate(self.layers):
             last = graph_token_only and index == len(self.layers) - 1
             x, w = layer(x, bias, node_mask, need_weights, graph_token_only=last, groups=groups,
