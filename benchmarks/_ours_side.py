@@ -42,6 +42,22 @@ def to_data(graph: Graph) -> Data:
                 num_nodes=graph["num_nodes"])
 
 
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any) -> None:
+    """MSE on the targets (as HF's regression head), backward, AdamW step."""
+    model.train()
+    loss = F.mse_loss(model(batch), batch.y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def infer_step(model: torch.nn.Module, batch: Any) -> None:
+    """Eval-mode forward without gradients."""
+    model.eval()
+    with torch.no_grad():
+        model(batch)
+
+
 class OursSide:
     """Our Graphormer (default SepNorm) with size-grouped batches.
 
@@ -93,18 +109,12 @@ class OursSide:
         return self.collator([self.data[i] for i in indices])
 
     def train_step(self, batch: GraphormerBatch) -> None:
-        """MSE on the targets (as HF's regression head), backward, AdamW step."""
-        self.model.train()
-        loss = F.mse_loss(self.model(batch), batch.y)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        """See :func:`train_step`."""
+        train_step(self.model, self.optimizer, batch)
 
     def infer_step(self, batch: GraphormerBatch) -> None:
-        """Eval-mode forward without gradients."""
-        self.model.eval()
-        with torch.no_grad():
-            self.model(batch)
+        """See :func:`infer_step`."""
+        infer_step(self.model, batch)
 
     def shapes(self, batches: list[list[int]]) -> list[tuple[int, int]]:
         """``(B, N)`` of each batch: graphs and padded atom count."""
@@ -112,7 +122,8 @@ class OursSide:
 
     def padded_tokens(self, indices: list[int]) -> int:
         """``B * (1 + N)`` of a batch: its graphs times its padded length."""
-        return len(indices) * (1 + max(self.sizes[i] for i in indices))
+        ((graphs, atoms),) = self.shapes([indices])
+        return graphs * (1 + atoms)
 
     def groups(self, indices: list[int]) -> list[tuple[int, int]] | None:
         """``(graphs, tokens)`` of each attention group the model forms for this batch."""

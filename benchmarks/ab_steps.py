@@ -28,9 +28,8 @@ from types import ModuleType
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from _common import featurize
-from _ours_side import to_data
+from _ours_side import infer_step, to_data, train_step
 
 import graphormer_sepnorm
 
@@ -63,22 +62,6 @@ def build_side(package: ModuleType, workload: dict[str, Any], batches: list[list
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4, weight_decay=0.01, fused=True)
     collate = package.GraphormerCollator(multi_hop_max_dist=20)
     return model, optimizer, [collate([workload["data"][i] for i in b]) for b in batches]
-
-
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any) -> None:
-    """MSE, backward, AdamW, as in ``compare_hf.py``."""
-    model.train()
-    loss = F.mse_loss(model(batch), batch.y)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-
-
-def infer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any) -> None:
-    """Eval-mode forward without gradients."""
-    model.eval()
-    with torch.no_grad():
-        model(batch)
 
 
 def compare(sides: dict[str, Any], step: Any, rounds: int) -> dict[str, float]:
@@ -123,7 +106,9 @@ def main() -> None:
         base = export_revision(args.base, Path(tmp))
         sides = {"A": build_side(base, workload, batches),
                  "B": build_side(graphormer_sepnorm, workload, batches)}
-        for name, step in (("train", train_step), ("infer", infer_step)):
+        steps = (("train", train_step),
+                 ("infer", lambda model, _optimizer, batch: infer_step(model, batch)))
+        for name, step in steps:
             seconds = compare(sides, step, args.rounds)
             print(f"{name}: A ({args.base}) {seconds['A']:.2f} s, B (working tree) "
                   f"{seconds['B']:.2f} s, B/A {seconds['B'] / seconds['A']:.3f}", flush=True)
