@@ -35,6 +35,9 @@ def _worker(rank: int, sync: bool, out_dir: str) -> None:
     torch.save({"out": out.detach(), "grad": part.grad, "weight_grad": bn.weight.grad,
                 "running_mean": bn.running_mean, "running_var": bn.running_var},
                f"{out_dir}/rank{rank}.pt")
+    # Without sync no collective runs: one rank could exit while its peer is still connecting
+    # gloo's full mesh, and the peer's init then fails with "Connection closed by peer".
+    dist.barrier()
     dist.destroy_process_group()
 
 
