@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.distributed import global_batch_moments, is_distributed
+from graphormer_sepnorm.nn.fused_sepnorm import layer_norm_batch_norm_first
 
 NormKind = Literal["batch", "layer", "none"]
 NormSite = Literal["attn", "ffn", "final"]
@@ -135,6 +136,10 @@ class SepNorm(nn.Module):
 
     def forward(self, x: Tensor, node_mask: Tensor | None = None) -> Tensor:
         """Normalizes ``x``; see the class docstring for shapes."""
+        if self._fusable(x):
+            cls_norm = self.cls_norm
+            return layer_norm_batch_norm_first(x, self.tok_norm, cls_norm,  # type: ignore[arg-type]
+                                               cls_norm.training and x.shape[0] > 1)
         if isinstance(self.tok_norm, MaskedBatchNorm) and x.shape[1] > 1:
             atoms = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
             atoms[:, 0] = False
@@ -149,6 +154,15 @@ class SepNorm(nn.Module):
             out = self.tok_norm(x)
         out[:, 0] = self.cls_norm(x[:, 0])
         return out
+
+    def _fusable(self, x: Tensor) -> bool:
+        """Whether the default pair can run as one Function (see :mod:`.fused_sepnorm`)."""
+        cls_norm = self.cls_norm
+        return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+                and isinstance(cls_norm, GraphTokenBatchNorm) and cls_norm.momentum is not None
+                and type(self.tok_norm) is nn.LayerNorm
+                and not torch.is_autocast_enabled("cpu")
+                and not (cls_norm.training and cls_norm.sync and is_distributed()))
 
 
 class ShareNorm(nn.LayerNorm):
