@@ -16,6 +16,8 @@
 
 namespace {
 
+// e^x for x <= 0 (scores minus their row maximum): Cephes' expf polynomial on x - n ln 2,
+// scaled by 2^n through the exponent bits; exactly 0 for -inf (masked keys).
 inline __m256 exp_nonpos(__m256 x) {
   const __m256 neg_inf = _mm256_set1_ps(-INFINITY);
   const __m256 is_inf = _mm256_cmp_ps(x, neg_inf, _CMP_EQ_OQ);
@@ -35,6 +37,7 @@ inline __m256 exp_nonpos(__m256 x) {
   return _mm256_andnot_ps(is_inf, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+// Lanes below `valid` set: the last block of queries may be partial.
 inline __m256i lane_mask(int64_t valid) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), idx);
