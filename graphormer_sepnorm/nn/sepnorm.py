@@ -54,13 +54,25 @@ class GraphTokenBatchNorm(nn.BatchNorm1d):
         """Normalizes ``x`` of shape ``[B, D]``."""
         with torch.autocast(x.device.type, enabled=False):
             x32 = x.to(_statistics_dtype(x))
-            if self.training and self.sync and is_distributed():
+            if self.synchronized():
                 out = self._global_batch_norm(x32)
-            elif self.training and x.shape[0] == 1:
-                out = self._running_norm(x32)
-            else:
+            elif self.uses_batch_statistics(x.shape[0]):
                 out = super().forward(x32)
+            else:
+                out = self._running_norm(x32)
         return out.to(x.dtype)
+
+    def synchronized(self) -> bool:
+        """Whether statistics now come from the global batch of all DDP processes."""
+        return self.training and self.sync and is_distributed()
+
+    def uses_batch_statistics(self, graphs: int) -> bool:
+        """Whether ``graphs`` graph tokens are normalized with their own statistics.
+
+        Training on more than one graph (in one process) uses and updates batch statistics;
+        otherwise the running ones are used and left unchanged.
+        """
+        return self.training and graphs > 1
 
     def _running_norm(self, x: Tensor) -> Tensor:
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
@@ -138,8 +150,8 @@ class SepNorm(nn.Module):
         """Normalizes ``x``; see the class docstring for shapes."""
         if self._fusable(x):
             cls_norm = self.cls_norm
-            return layer_norm_batch_norm_first(x, self.tok_norm, cls_norm,  # type: ignore[arg-type]
-                                               cls_norm.training and x.shape[0] > 1)
+            return layer_norm_batch_norm_first(  # type: ignore[arg-type]
+                x, self.tok_norm, cls_norm, cls_norm.uses_batch_statistics(x.shape[0]))
         if isinstance(self.tok_norm, MaskedBatchNorm) and x.shape[1] > 1:
             atoms = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
             atoms[:, 0] = False
@@ -162,7 +174,7 @@ class SepNorm(nn.Module):
                 and isinstance(cls_norm, GraphTokenBatchNorm) and cls_norm.momentum is not None
                 and type(self.tok_norm) is nn.LayerNorm
                 and not torch.is_autocast_enabled("cpu")
-                and not (cls_norm.training and cls_norm.sync and is_distributed()))
+                and not cls_norm.synchronized())
 
 
 class ShareNorm(nn.LayerNorm):
