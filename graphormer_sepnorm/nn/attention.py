@@ -7,7 +7,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.dropout import dropout
-from graphormer_sepnorm.nn.head_major import attend_head_major, head_minor_rows
+from graphormer_sepnorm.nn.head_major import (
+    attend_head_major,
+    attend_head_major_fused,
+    head_minor_rows,
+)
 from graphormer_sepnorm.nn.size_groups import SizeGroups
 
 
@@ -45,12 +49,15 @@ class BiasedMultiheadAttention(nn.Module):
 
         With ``num_queries`` only the first positions attend (keys and values are still all of
         ``x``); the output is then ``[B, num_queries, D]``. The last layer needs only the graph
-        token when the model just predicts.
+        token when the model just predicts. Only those rows of ``bias`` are read, so it may be
+        ``[B, H, num_queries, L]``.
 
-        With ``groups`` (and ``group_bias = groups.split_bias(bias)``) attention runs per group
-        of similar-sized graphs, each cut to its own length (see
-        :mod:`~graphormer_sepnorm.nn.size_groups`); positions past a group's length get zeros.
-        Ignored with ``need_weights`` or ``num_queries``.
+        With ``groups`` (and ``group_bias = groups.split_bias(bias)``, or the same built
+        directly by :func:`~graphormer_sepnorm.nn.group_bias.group_biases`) attention runs per
+        group of similar-sized graphs, each cut to its own length (see
+        :mod:`~graphormer_sepnorm.nn.size_groups`); positions past a group's length get zeros,
+        and ``bias`` is not read when ``group_bias`` is given. Ignored with ``need_weights`` or
+        ``num_queries``.
         """
         if x.device.type == "cpu" and not need_weights:
             return self._attend_cpu(x, bias, num_queries, groups, group_bias), None
@@ -75,9 +82,14 @@ class BiasedMultiheadAttention(nn.Module):
             return attend_head_major(x, *projections, bias, heads, num_queries, p)
         if group_bias is None:
             group_bias = groups.split_bias(bias)
-        return groups.merge([attend_head_major(part, *projections, part_bias, heads, None, p)
-                             for part, part_bias in zip(groups.split(x), group_bias,
-                                                        strict=True)])
+
+        def attend(part: Tensor, part_bias: Tensor) -> Tensor:
+            if groups.fused:  # the C kernel; the group biases are keys-first
+                return attend_head_major_fused(part, *projections, part_bias, heads, p)
+            return attend_head_major(part, *projections, part_bias, heads, None, p)
+
+        return groups.merge([attend(part, part_bias) for part, part_bias
+                             in zip(groups.split(x), group_bias, strict=True)])
 
     def _attend(self, x: Tensor, bias: Tensor, need_weights: bool = False,
                 num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:

@@ -22,7 +22,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from graphormer_sepnorm.nn.dropout import keep_mask, keep_scale
+from graphormer_sepnorm.nn.drop_rate import keep_scale
+from graphormer_sepnorm.nn.dropout import keep_mask
 
 RECOMPUTE_ABOVE = 1 << 22
 """Score tensors with more elements than this are recomputed in backward instead of kept."""

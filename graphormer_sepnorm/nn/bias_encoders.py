@@ -221,11 +221,15 @@ class AttentionBias(nn.Module):
         self.edge.reset_parameters()
         nn.init.normal_(self.virtual_distance, std=0.02)
 
+    def pair_bias(self, batch: GraphormerBatch) -> Tensor:
+        """Spatial plus edge bias of the real atom pairs, ``[P, H]`` (``batch.pair_slot``)."""
+        return self.spatial(batch.pair_spd) + self.edge(
+            batch.edge_attr, batch.hop_edge, batch.hop_index, batch.hop_pair, batch.pair_spd)
+
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Bias for ``batch``, ``[B, H, 1 + N, 1 + N]``."""
         b, n = batch.node_mask.shape
-        pair = self.spatial(batch.pair_spd) + self.edge(
-            batch.edge_attr, batch.hop_edge, batch.hop_index, batch.hop_pair, batch.pair_spd)
+        pair = self.pair_bias(batch)
         heads = pair.shape[1]
         # Graph-token row and column get the virtual distance, padded keys -inf; then the pairs
         # are written in place. Built directly in [B, H, L, L] so no permuted copy is needed.

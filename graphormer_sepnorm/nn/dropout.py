@@ -1,4 +1,9 @@
-"""Dropout whose mask is cheap to draw on the CPU."""
+"""Dropout whose mask is cheap to draw on the CPU.
+
+Two CPU paths: the fused C kernel (:mod:`~graphormer_sepnorm.nn.native.fused_dropout`: one
+pass, the mask a hash drawn again in backward) for float32 where it can be built, and otherwise
+a ``uint8`` mask from NumPy's fast generator (:func:`keep_mask`). Elsewhere ``F.dropout``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-_LEVELS = 1 << 16
+from graphormer_sepnorm.nn.drop_rate import LEVELS, drop_levels, keep_scale
+from graphormer_sepnorm.nn.native import fused_dropout
+
+__all__ = ["Dropout", "apply_mask", "dropout", "keep_mask", "keep_scale"]
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float,
@@ -36,19 +44,13 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float,
     Returns:
         A ``uint8`` 0/1 mask of ``shape`` and ``1 / keep rate``.
     """
-    drop_levels = round(p * _LEVELS)
     numel = math.prod(shape)
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))
     count = max((numel + 3) // 4, 1)  # an empty draw would not view as int16
     words = torch.from_numpy(np.random.SFC64(seed).random_raw(count).view(np.int64))
     keep = torch.empty(shape, dtype=torch.uint8)
-    torch.ge(words.view(torch.int16)[:numel].view(shape), drop_levels - _LEVELS // 2, out=keep)
+    torch.ge(words.view(torch.int16)[:numel].view(shape), drop_levels(p) - LEVELS // 2, out=keep)
     return keep, keep_scale(p)
-
-
-def keep_scale(p: float) -> float:
-    """The exact inverse keep rate of :func:`keep_mask`'s masks for drop probability ``p``."""
-    return _LEVELS / (_LEVELS - round(p * _LEVELS))
 
 
 def apply_mask(x: Tensor, keep: Tensor, scale: float) -> Tensor:
@@ -77,16 +79,28 @@ class _MaskedScale(torch.autograd.Function):
         return apply_mask(grad, keep, ctx.scale), None, None
 
 
-def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """Inverted dropout with the cheap CPU mask of :func:`keep_mask`; elsewhere ``F.dropout``."""
+def dropout(x: Tensor, p: float, training: bool = True, residual: Tensor | None = None) -> Tensor:
+    """Inverted dropout of ``x``, added to ``residual`` when given.
+
+    On the CPU the fused kernel where usable (float32, contiguous), else the ``uint8`` mask of
+    :func:`keep_mask`; elsewhere ``F.dropout``.
+    """
     if not training or p == 0.0:
-        return x
+        return x if residual is None else residual + x
+    if (x.device.type == "cpu" and 0.0 < p < 1.0 and x.is_contiguous()
+            and fused_dropout.usable(x) and (residual is None or (
+                residual.shape == x.shape and residual.dtype == x.dtype
+                and residual.is_contiguous()))):
+        return fused_dropout.fused_dropout(x, p, residual)
     if x.device.type != "cpu" or not 0.0 < p < 1.0:
-        return F.dropout(x, p, training)
-    keep, scale = keep_mask(x.shape, p)
-    if x.requires_grad and torch.is_grad_enabled():
-        return _MaskedScale.apply(x, keep, scale)
-    return apply_mask(x, keep, scale)
+        dropped = F.dropout(x, p, training)
+    else:
+        keep, scale = keep_mask(x.shape, p)
+        if x.requires_grad and torch.is_grad_enabled():
+            dropped = _MaskedScale.apply(x, keep, scale)
+        else:
+            dropped = apply_mask(x, keep, scale)
+    return dropped if residual is None else residual + dropped
 
 
 class Dropout(nn.Module):
@@ -102,9 +116,12 @@ class Dropout(nn.Module):
             raise ValueError(f"dropout probability must be in [0, 1], got {p}")
         self.p = p
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Applies dropout in training mode; identity in eval mode."""
-        return dropout(x, self.p, self.training)
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        """Dropout of ``x`` in training mode, identity in eval mode; plus ``residual`` if given.
+
+        ``residual + dropout(x)`` is one pass on the CPU (see :func:`dropout`).
+        """
+        return dropout(x, self.p, self.training, residual)
 
     def extra_repr(self) -> str:
         """Shows ``p`` in the module's repr."""

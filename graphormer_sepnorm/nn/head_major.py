@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.autograd.function import FunctionCtx
 
 from graphormer_sepnorm.nn.attention_core import biased_attention
+from graphormer_sepnorm.nn.native.fused_attention import fused_attention
 
 
 def head_minor_rows(weight: Tensor, num_heads: int, blocks: int) -> Tensor:
@@ -58,6 +59,11 @@ class _SplitHeads(torch.autograd.Function):
         return grad.view(-1, batch * length), None, None, None
 
 
+def _projected_t(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``W x^T + b``: ``[B, L, D]`` tokens -> ``[3 * D, B * L]``, a row per projected feature."""
+    return torch.mm(weight, x.reshape(-1, x.shape[-1]).t()).add_(bias[:, None])
+
+
 def attend_head_major(x: Tensor, qkv_weight: Tensor, qkv_bias: Tensor, out_weight_t: Tensor,
                       out_bias: Tensor, bias: Tensor, num_heads: int,
                       num_queries: int | None = None, dropout_p: float = 0.0) -> Tensor:
@@ -81,9 +87,24 @@ def attend_head_major(x: Tensor, qkv_weight: Tensor, qkv_bias: Tensor, out_weigh
     b, length, dim = x.shape
     queries = length if num_queries is None else num_queries
     head_dim = dim // num_heads
-    qkv_t = torch.mm(qkv_weight, x.reshape(b * length, dim).t()).add_(qkv_bias[:, None])
+    qkv_t = _projected_t(x, qkv_weight, qkv_bias)
     q_t, k_t, v_t = _SplitHeads.apply(qkv_t, num_heads, b, length)
     out_t = biased_attention(q_t[..., :queries], k_t, v_t, bias, head_dim**-0.5, dropout_p)
     # [H * B, d, Lq] -> [d * H, B * Lq], head-minor rows: runs of Lq floats
     out_t = out_t.view(num_heads, b, head_dim, queries).permute(2, 0, 1, 3).reshape(dim, -1)
     return torch.addmm(out_bias, out_t.t(), out_weight_t).view(b, queries, dim)
+
+
+def attend_head_major_fused(x: Tensor, qkv_weight: Tensor, qkv_bias: Tensor,
+                            out_weight_t: Tensor, out_bias: Tensor, bias_t: Tensor,
+                            num_heads: int, dropout_p: float = 0.0) -> Tensor:
+    """:func:`attend_head_major` through the fused C kernel, all positions attending.
+
+    Same arguments, except ``bias_t``: ``[H * B, L, L]`` keys-first (``bias_t[g, key,
+    query]``). The kernel reads q, k and v straight from the projection and writes the
+    output in the output projection's layout, so no layout copies are left.
+    """
+    b, length, dim = x.shape
+    qkv_t = _projected_t(x, qkv_weight, qkv_bias)
+    out_t = fused_attention(qkv_t, bias_t, num_heads, b, (dim // num_heads)**-0.5, dropout_p)
+    return torch.addmm(out_bias, out_t.t(), out_weight_t).view(b, length, dim)

@@ -56,6 +56,6 @@ class GraphormerLayer(nn.Module):
                                            num_queries, groups, group_bias)
         if graph_token_only:
             x, node_mask = x[:, :1], node_mask[:, :0]
-        x = x + self.dropout(attended)
-        x = x + self.dropout(self.ffn(self.ffn_norm(x, node_mask)))
+        x = self.dropout(attended, residual=x)
+        x = self.dropout(self.ffn(self.ffn_norm(x, node_mask)), residual=x)
         return x, weights

@@ -11,7 +11,9 @@ from torch import Tensor, nn
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias, EdgeEncoding
 from graphormer_sepnorm.nn.dropout import Dropout
+from graphormer_sepnorm.nn.group_bias import group_biases
 from graphormer_sepnorm.nn.layer import GraphormerLayer
+from graphormer_sepnorm.nn.native import fused_attention
 from graphormer_sepnorm.nn.node_encoders import AtomEncoder, DegreeEncoder
 from graphormer_sepnorm.nn.sepnorm import NormKind, NormSite, build_norm
 from graphormer_sepnorm.nn.size_groups import SizeGroups
@@ -129,13 +131,16 @@ class Graphormer(nn.Module):
         x = torch.cat([self.graph_token.expand(b, 1, -1).to(atoms.dtype),
                        grid.view(b, n, -1)], dim=1)
         x = self.input_dropout(x)
-        bias = self.attention_bias(batch).to(x.dtype)
         weights: list[Tensor] = []
         node_mask = batch.node_mask
         groups = group_bias = inverse = None
         if x.device.type == "cpu" and not need_weights:
-            groups, inverse, x, bias, node_mask = _sort_into_groups(x, bias, node_mask)
-            group_bias = groups.split_bias(bias)
+            heads = len(self.attention_bias.virtual_distance)
+            groups, inverse, x, node_mask = _sort_into_groups(x, node_mask, heads)
+            groups = replace(groups, fused=fused_attention.usable(x, x.shape[-1] // heads))
+            bias, group_bias = self._grouped_bias(batch, groups, node_mask, inverse, x.dtype)
+        else:
+            bias = self.attention_bias(batch).to(x.dtype)
         for index, layer in enumerate(self.layers):
             last = graph_token_only and index == len(self.layers) - 1
             x, w = layer(x, bias, node_mask, need_weights, graph_token_only=last, groups=groups,
@@ -144,6 +149,21 @@ class Graphormer(nn.Module):
                 weights.append(w)
         x = self.final_norm(x, node_mask[:, : x.shape[1] - 1])
         return (x if inverse is None else x.index_select(0, inverse)), weights
+
+    def _grouped_bias(self, batch: GraphormerBatch, groups: SizeGroups, node_mask: Tensor,
+                      inverse: Tensor | None, dtype: torch.dtype) -> tuple[Tensor, list[Tensor]]:
+        """The CPU path's biases: the graph token's query row and each group's bias.
+
+        Built from the atom pairs' biases without the full ``[B, H, L, L]`` tensor (see
+        :mod:`~graphormer_sepnorm.nn.group_bias`). The query row ``[B, H, 1, L]`` (sorted
+        order) is all a last layer run for the graph token only reads of the full bias.
+        """
+        pair = self.attention_bias.pair_bias(batch).to(dtype)
+        distance = self.attention_bias.virtual_distance.to(dtype)
+        group_bias = group_biases(pair, distance, groups, node_mask, batch.pair_slot, inverse)
+        keys = pair.new_zeros(node_mask.shape[0], node_mask.shape[1] + 1)
+        keys[:, 1:].masked_fill_(~node_mask, float("-inf"))
+        return keys[:, None, None, :] + distance.view(1, -1, 1, 1), group_bias
 
     def embed(self, batch: GraphormerBatch) -> Tensor:
         """Graph-token embeddings after the final norm, ``[B, D]``."""
@@ -154,8 +174,8 @@ class Graphormer(nn.Module):
         return self.head(self.embed(batch))
 
 
-def _sort_into_groups(x: Tensor, bias: Tensor, node_mask: Tensor
-                      ) -> tuple[SizeGroups, Tensor | None, Tensor, Tensor, Tensor]:
+def _sort_into_groups(x: Tensor, node_mask: Tensor, num_heads: int
+                      ) -> tuple[SizeGroups, Tensor | None, Tensor, Tensor]:
     """Plans attention groups (see :class:`SizeGroups`) and sorts the batch by size for them.
 
     On the CPU attention runs per group of similar-sized graphs; on a GPU the fused kernels make
@@ -166,14 +186,14 @@ def _sort_into_groups(x: Tensor, bias: Tensor, node_mask: Tensor
 
     Returns:
         The groups (the whole batch when one group is best), the permutation that restores
-        batch order (``None`` when already sorted), and ``x``, ``bias``, ``node_mask`` in group
-        order.
+        batch order (``None`` when already sorted; ``inverse[graph]`` is a graph's sorted
+        position), and ``x``, ``node_mask`` in group order.
     """
-    groups = SizeGroups.plan(node_mask, bias.shape[1])
+    groups = SizeGroups.plan(node_mask, num_heads)
     if groups is None:
-        return SizeGroups.whole(*x.shape[:2]), None, x, bias, node_mask
+        return SizeGroups.whole(*x.shape[:2]), None, x, node_mask
     if groups.order is None:
-        return groups, None, x, bias, node_mask
+        return groups, None, x, node_mask
     order, inverse = groups.order, groups.inverse
     groups = replace(groups, order=None, inverse=None)
-    return groups, inverse, x.index_select(0, order), bias.index_select(0, order), node_mask[order]
+    return groups, inverse, x.index_select(0, order), node_mask[order]

@@ -36,6 +36,9 @@ class SizeGroups:
         counts: graphs per group, in sorted order.
         lengths: tokens ``1 + N_max`` of each group.
         length: tokens ``L`` of the whole batch.
+        fused: attention runs in the fused C kernel
+            (:mod:`~graphormer_sepnorm.nn.native.fused_attention`), which takes the group
+            biases keys-first. Set by the model, which decides once per batch.
     """
 
     order: Tensor | None
@@ -43,6 +46,7 @@ class SizeGroups:
     counts: list[int]
     lengths: list[int]
     length: int
+    fused: bool = False
 
     @classmethod
     def plan(cls, node_mask: Tensor, num_heads: int,
@@ -113,13 +117,18 @@ class SizeGroups:
         """``bias`` ``[B, H, L, L]`` as one contiguous ``[H * B_g, L_g, L_g]`` tensor per group.
 
         Head-major (``g = h * B_g + b``), the batch order of the CPU attention block
-        (:mod:`~graphormer_sepnorm.nn.head_major`). Done once per batch: the layers share these,
-        so backward gathers each group's gradient into the full bias once, not once per layer.
+        (:mod:`~graphormer_sepnorm.nn.head_major`); keys-first (``[g, key, query]``) when
+        ``fused``. Done once per batch: the layers share these, so backward gathers each
+        group's gradient into the full bias once, not once per layer.
         """
         if self.order is not None:
             bias = bias.index_select(0, self.order)
-        return [part[:, :, :length, :length].transpose(0, 1).reshape(-1, length, length)
-                for part, length in zip(bias.split(self.counts), self.lengths, strict=True)]
+        if self.fused:
+            bias = bias.transpose(2, 3)
+        parts = [part[:, :, :length, :length].transpose(0, 1).reshape(-1, length, length)
+                 for part, length in zip(bias.split(self.counts), self.lengths, strict=True)]
+        # with one graph or one head reshape returns a view, a transposed one if fused
+        return [part.contiguous() for part in parts]
 
     def merge(self, parts: list[Tensor]) -> Tensor:
         """Inverse of :meth:`split` for ``[B_g, L_g, D]`` parts: ``[B, L, D]``, zero padding."""

@@ -1,0 +1,21 @@
+"""The drop probability's resolution, shared by every dropout mask of the package.
+
+The CPU masks compare 16-bit random slices with a threshold, so a drop probability ``p`` is
+rounded to ``drop_levels(p)`` 65,536ths (0.1 becomes 0.100006); :func:`keep_scale` is the exact
+inverse keep rate of that rounded probability, so expectations are preserved.
+"""
+
+from __future__ import annotations
+
+LEVELS = 1 << 16
+"""The resolution: drop probabilities are multiples of ``1 / LEVELS``."""
+
+
+def drop_levels(p: float) -> int:
+    """``p`` in 65,536ths: a mask element is dropped for that many of the 65,536 values."""
+    return round(p * LEVELS)
+
+
+def keep_scale(p: float) -> float:
+    """The exact inverse keep rate of masks with drop probability ``p``."""
+    return LEVELS / (LEVELS - drop_levels(p))

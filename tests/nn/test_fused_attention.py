@@ -1,0 +1,107 @@
+"""The fused C attention kernel against a float64 torch reference with the same dropout mask."""
+
+import pytest
+import torch
+
+from graphormer_sepnorm.nn.drop_rate import keep_scale
+from graphormer_sepnorm.nn.head_major import _SplitHeads
+from graphormer_sepnorm.nn.native import fused_attention as fa
+from graphormer_sepnorm.nn.native import threads
+
+pytestmark = pytest.mark.skipif(not fa.usable(torch.zeros(1), 10),
+                                reason="no AVX2 CPU or no C compiler here")
+HEADS, HEAD_DIM = 4, 10
+DIM = HEADS * HEAD_DIM
+
+
+def reference(qkv_t, bias_t, batch, p, seed):
+    """``[D, B * L]`` head-minor attention output in plain torch (any dtype)."""
+    length = qkv_t.shape[1] // batch
+    q, k, v = _SplitHeads.apply(qkv_t, HEADS, batch, length)
+    probs = (HEAD_DIM**-0.5 * q.transpose(1, 2) @ k + bias_t.transpose(1, 2)).softmax(-1)
+    if p > 0:
+        keep = fa.keep_mask_t(HEADS * batch, length, p, seed).transpose(1, 2)
+        probs = probs * keep.to(probs.dtype) * keep_scale(p)
+    out = (probs @ v.transpose(1, 2)).transpose(1, 2)  # [G, d, L]
+    return out.reshape(HEADS, batch, HEAD_DIM, length).permute(2, 0, 1, 3).reshape(DIM, -1)
+
+
+def inputs(batch, length, padded_keys=2, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    qkv_t = torch.randn(3 * DIM, batch * length, generator=gen)
+    bias_t = torch.randn(HEADS * batch, length, length, generator=gen)
+    if padded_keys:
+        bias_t[:, -padded_keys:] = float("-inf")  # keys-first: the last keys are padding
+    return qkv_t.requires_grad_(), bias_t.requires_grad_()
+
+
+def run_both(batch, length, p, keep_probs, transposed_grad):
+    qkv_t, bias_t = inputs(batch, length, padded_keys=min(2, length - 1))
+    torch.manual_seed(3)
+    out = fa.fused_attention(qkv_t, bias_t, HEADS, batch, HEAD_DIM**-0.5, p, keep_probs)
+    torch.manual_seed(3)  # the kernel's seed is one draw from the global generator
+    seed = int(torch.randint(0, 2**62, (1,))) if p > 0 else 0
+    q64, b64 = (t.detach().double().requires_grad_() for t in (qkv_t, bias_t))
+    expected = reference(q64, b64, batch, p, seed)
+    # autograd hands the output projection's input gradient over transposed: strided lanes
+    grad = (torch.randn(batch * length, DIM).t() if transposed_grad
+            else torch.randn(DIM, batch * length))
+    out.backward(grad)
+    expected.backward(grad.double())
+    return (out, qkv_t.grad, bias_t.grad), (expected, q64.grad, b64.grad)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.25])
+@pytest.mark.parametrize("keep_probs", [True, False])
+@pytest.mark.parametrize("length", [1, 8, 13])  # one key; whole lane blocks; a partial one
+def test_matches_reference_forward_and_backward(p, keep_probs, length):
+    fused, expected = run_both(3, length, p, keep_probs, transposed_grad=length == 13)
+    for got, want in zip(fused, expected, strict=True):
+        torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=1e-4)
+
+
+def test_padded_keys_get_no_probability_and_no_gradient():
+    (out, _, grad_bias), _ = run_both(2, 11, 0.0, True, False)
+    assert torch.isfinite(out).all()
+    assert torch.equal(grad_bias[:, -2:], torch.zeros_like(grad_bias[:, -2:]))
+
+
+def test_thread_split_gives_the_same_bits(monkeypatch):
+    qkv_t, bias_t = inputs(16, 29)
+    grad = torch.randn(DIM, 16 * 29)
+    slices = []
+
+    def recording_split(call, total, work, align=1):
+        statuses = threads.run_split(call, total, work, align)
+        slices.append(len(statuses))
+        return statuses
+
+    monkeypatch.setattr(fa, "run_split", recording_split)
+    results = []
+    for count in (1, 2):
+        monkeypatch.setattr(torch, "get_num_threads", lambda count=count: count)
+        torch.manual_seed(5)
+        out = fa.fused_attention(qkv_t, bias_t, HEADS, 16, 0.3, 0.1)
+        q_grad, b_grad = torch.autograd.grad(out, (qkv_t, bias_t), grad)
+        results.append((out, q_grad, b_grad))
+    assert slices == [1, 1, 2, 2]  # forward and backward, on one thread then on two
+    for one, two in zip(*results, strict=True):
+        assert torch.equal(one, two)
+
+
+def test_keep_mask_rate_and_independence():
+    keep = fa.keep_mask_t(64, 30, 0.1, seed=123)
+    assert abs(keep.mean().item() - (1 - 6554 / 65536)) < 0.003
+    other = fa.keep_mask_t(64, 30, 0.1, seed=124)
+    agree = (keep == other).float().mean().item()
+    assert abs(agree - (0.9**2 + 0.1**2)) < 0.01  # two seeds: independent masks
+    assert torch.equal(keep, fa.keep_mask_t(64, 30, 0.1, seed=123))
+
+
+def test_usable_only_for_float32_outside_autocast():
+    x = torch.zeros(2, 3, DIM)
+    assert fa.usable(x, HEAD_DIM)
+    assert not fa.usable(x.double(), HEAD_DIM)
+    assert not fa.usable(x, fa.MAX_HEAD_DIM + 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not fa.usable(x, HEAD_DIM)
