@@ -2,8 +2,9 @@
 //
 // The keep mask is a hash of each element's index (a 32-bit counter) and a 64-bit seed, so a
 // kernel draws it again in backward instead of storing it, and the same seed gives the same
-// mask whatever the threads or the blocking. An element is kept where the top 16 bits of its
-// hash are at least drop_levels (the drop probability in 65,536ths).
+// mask whatever the threads or the blocking. An element is kept where 16 bits of its hash are
+// at least drop_levels (the drop probability in 65,536ths): the top 16 bits of one hash per
+// element (keep_lanes), or both halves of a hash, one per element (keep_16).
 #ifndef GRAPHORMER_SEPNORM_AVX2_COMMON_H
 #define GRAPHORMER_SEPNORM_AVX2_COMMON_H
 
@@ -47,13 +48,31 @@ static DropKey drop_key(uint64_t seed, uint32_t drop_levels) {
   return k;
 }
 
-// 1.0 where the elements with indices counter .. counter + 7 are kept, else 0.0.
-static inline __m256 keep_lanes(uint32_t counter, const DropKey* k) {
+// The hashes of counters counter .. counter + 7, one lane each.
+static inline __m256i hash_lanes(uint32_t counter, const DropKey* k) {
   __m256i c = _mm256_add_epi32(_mm256_set1_epi32((int)(counter + k->key0)),
                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  __m256i h = mix32(_mm256_xor_si256(mix32(c), _mm256_set1_epi32((int)k->key1)));
-  __m256i keep = _mm256_cmpgt_epi32(_mm256_srli_epi32(h, 16), k->threshold);
-  return _mm256_and_ps(_mm256_castsi256_ps(keep), _mm256_set1_ps(1.0f));
+  return mix32(_mm256_xor_si256(mix32(c), _mm256_set1_epi32((int)k->key1)));
+}
+
+// 1.0 in the lanes whose 16 random bits (in 0 .. 65535) clear the drop threshold, else 0.0.
+static inline __m256 kept(__m256i bits, const DropKey* k) {
+  return _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(bits, k->threshold)),
+                       _mm256_set1_ps(1.0f));
+}
+
+// 1.0 where the elements with indices counter .. counter + 7 are kept, else 0.0 (their hashes'
+// top 16 bits).
+static inline __m256 keep_lanes(uint32_t counter, const DropKey* k) {
+  return kept(_mm256_srli_epi32(hash_lanes(counter, k), 16), k);
+}
+
+// Keep masks of 16 elements from one hash vector: the top 16 bits of lane n decide element n,
+// the low 16 bits element 8 + n (elements 16 c .. 16 c + 15 use counters 8 c .. 8 c + 7).
+static inline void keep_16(uint32_t counter, const DropKey* k, __m256* first, __m256* second) {
+  const __m256i h = hash_lanes(counter, k);
+  *first = kept(_mm256_srli_epi32(h, 16), k);
+  *second = kept(_mm256_and_si256(h, _mm256_set1_epi32(0xffff)), k);
 }
 
 #endif

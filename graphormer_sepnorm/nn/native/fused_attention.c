@@ -178,17 +178,16 @@ static inline __m256 load_lanes(const float* p, int64_t t, __m256i mask) {
 }
 
 // The backward of one block of 8 queries (lanes) for keys j .. j + nk - 1: the bias gradient
-// dS = P (dP - D) into grad_bias_t's rows, the query gradient into dq, and the key and value
-// gradients' lane partial sums into acc_k, acc_v ([L, HD] vectors). go: the output gradient
-// times the keep scale; qv: the queries; d: D = dO . O per query. Keys go nk at a time because
-// each dP is a chain of HD dependent FMAs: one key at a time waits on their latency (measured
-// 3x slower).
+// dS = P (dP - D) into grad_bias_t's rows and into ds_rows, the kept probabilities P m into
+// kept_rows (both [L, L8], for key_grads), and the query gradient into dq. go: the output
+// gradient times the keep scale; d: D = dO . O per query. Keys go nk at a time because each dP
+// is a chain of HD dependent FMAs: one key at a time waits on their latency (measured).
 static inline __attribute__((always_inline)) void keys_backward(
     const int nk, int64_t j, const float* P, int64_t p_stride, const float* KP, const float* VP,
-    const __m256* go, const __m256* qv, __m256 d, __m256* dq, __m256* acc_k, __m256* acc_v,
-    float* grad_bias_t, int64_t L, int64_t valid, __m256i mask, uint32_t counter,
-    const DropKey* key, uint32_t drop_levels, int first) {
-  __m256 p[4], dp[4], kept[4];
+    const __m256* go, __m256 d, __m256* dq, float* grad_bias_t, float* ds_rows,
+    float* kept_rows, int64_t L, int64_t L8, int64_t valid, __m256i mask, uint32_t counter,
+    const DropKey* key, uint32_t drop_levels) {
+  __m256 p[4], dp[4];
   #pragma GCC unroll 4
   for (int kk = 0; kk < nk; ++kk) {
     p[kk] = _mm256_maskload_ps(P + (j + kk) * p_stride, mask);
@@ -201,36 +200,52 @@ static inline __attribute__((always_inline)) void keys_backward(
       dp[kk] = _mm256_fmadd_ps(_mm256_broadcast_ss(VP + (j + kk) * HD + c), go[c], dp[kk]);
   #pragma GCC unroll 4
   for (int kk = 0; kk < nk; ++kk) {
-    kept[kk] = p[kk];
+    __m256 kept = p[kk];
     if (drop_levels) {
       const __m256 keep = keep_lanes(counter + (uint32_t)((j + kk) * L), key);
       dp[kk] = _mm256_mul_ps(dp[kk], keep);
-      kept[kk] = _mm256_mul_ps(p[kk], keep);
+      kept = _mm256_mul_ps(p[kk], keep);
     }
     dp[kk] = _mm256_mul_ps(p[kk], _mm256_sub_ps(dp[kk], d));  // now dS
     store_lanes(grad_bias_t + (j + kk) * L, dp[kk], valid);
+    _mm256_storeu_ps(ds_rows + (j + kk) * L8, dp[kk]);
+    _mm256_storeu_ps(kept_rows + (j + kk) * L8, kept);
   }
   #pragma GCC unroll 16
   for (int c = 0; c < HD; ++c)
     #pragma GCC unroll 4
     for (int kk = 0; kk < nk; ++kk)
       dq[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(KP + (j + kk) * HD + c), dp[kk], dq[c]);
-  #pragma GCC unroll 4
-  for (int kk = 0; kk < nk; ++kk) {
-    __m256* ak = acc_k + (j + kk) * HD;
-    __m256* av = acc_v + (j + kk) * HD;
-    if (first) {  // the first block of queries starts the sums: no zeroing pass
-      #pragma GCC unroll 16
-      for (int c = 0; c < HD; ++c) {
-        ak[c] = _mm256_mul_ps(qv[c], dp[kk]);
-        av[c] = _mm256_mul_ps(go[c], kept[kk]);
+}
+
+// out[c * cs + j] = factor * sum_i rows[c, i] by_key[j, i] for the HD rows ([HD, L8]) and the L
+// keys ([L, L8]): the key gradient (rows: queries, by_key: dS) and the value gradient (rows:
+// output gradient, by_key: kept probabilities). Eight keys at a time, so that their sums are
+// the lanes of one hsum8 and the sums stay in registers (accumulating [L, HD] vectors in
+// memory instead made the backward store-bound).
+static void key_grads(const float* rows, const float* by_key, int64_t L, int64_t L8,
+                      float factor, float* out, int64_t cs) {
+  const __m256 f = _mm256_set1_ps(factor);
+  for (int c = 0; c < HD; ++c) {
+    const float* row = rows + c * L8;
+    int64_t j = 0;
+    for (; j + LANES <= L; j += LANES) {
+      __m256 acc[LANES];
+      #pragma GCC unroll 8
+      for (int jj = 0; jj < LANES; ++jj) acc[jj] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < L8; i += LANES) {
+        const __m256 r = _mm256_loadu_ps(row + i);
+        #pragma GCC unroll 8
+        for (int jj = 0; jj < LANES; ++jj)
+          acc[jj] = _mm256_fmadd_ps(r, _mm256_loadu_ps(by_key + (j + jj) * L8 + i), acc[jj]);
       }
-    } else {
-      #pragma GCC unroll 16
-      for (int c = 0; c < HD; ++c) {
-        ak[c] = _mm256_fmadd_ps(qv[c], dp[kk], ak[c]);
-        av[c] = _mm256_fmadd_ps(go[c], kept[kk], av[c]);
-      }
+      _mm256_storeu_ps(out + c * cs + j, _mm256_mul_ps(f, hsum8(acc, 1)));
+    }
+    for (; j < L; ++j) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t i = 0; i < L8; i += LANES)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(by_key + j * L8 + i), acc);
+      out[c * cs + j] = factor * hsum(acc);
     }
   }
 }
@@ -246,17 +261,18 @@ int attention_backward(const float* q, const float* k, const float* v, int64_t B
                        int64_t go_cs, int64_t go_ts, float* grad_bias_t, float* grad_q,
                        float* grad_k, float* grad_v, int64_t g0, int64_t g1, int64_t L,
                        float scale, uint32_t drop_levels, float keep_scale, uint64_t seed) {
-  // Per key and head-dim row, the 8 lanes' partial sums of the k and v gradients.
-  float* scratch = (float*)malloc((size_t)L * (LANES + 2 * HD) * sizeof(float));
-  __m256* acc_k = (__m256*)aligned_alloc(32, (size_t)L * HD * sizeof(__m256));
-  __m256* acc_v = (__m256*)aligned_alloc(32, (size_t)L * HD * sizeof(__m256));
-  int status = !scratch || !acc_k || !acc_v;
+  const int64_t L8 = (L + LANES - 1) / LANES * LANES;  // rows padded to whole vectors
+  // block scores, packed keys and values, then queries and output gradient [HD, L8] and the
+  // bias gradient and kept probabilities [L, L8] of one pair, for key_grads
+  float* scratch = (float*)malloc(
+      (size_t)(L * LANES + 2 * L * HD + 2 * HD * L8 + 2 * L * L8) * sizeof(float));
+  if (!scratch) return 1;
+  float *KP = scratch + L * LANES, *VP = KP + L * HD, *QR = VP + L * HD, *GR = QR + HD * L8;
+  float *DS = GR + HD * L8, *PK = DS + L * L8;
   const DropKey key = drop_key(seed, drop_levels);
   const __m256 ks = _mm256_set1_ps(drop_levels ? keep_scale : 1.0f);
   const __m256 scale_v = _mm256_set1_ps(scale);
-  float* KP = scratch ? scratch + L * LANES : NULL;
-  float* VP = scratch ? KP + L * HD : NULL;
-  for (int64_t g = g0; g < g1 && !status; ++g) {
+  for (int64_t g = g0; g < g1; ++g) {
     const int64_t at = pair_offset(g, B, hs, bs);
     const float *Q = q + at, *O = out + at, *BT = bias_t + g * L * L;
     pack_keys(k + at, cs, L, KP);
@@ -269,45 +285,34 @@ int attention_backward(const float* q, const float* k, const float* v, int64_t B
       const int64_t p_stride = probs_t ? L : LANES;
       if (!probs_t) block_probs(Q, cs, KP, BT, L, i0, mask, scale, scratch);
       // D_i = sum_j P_ij dP_ij = dO_i . O_i; lanes past L are zero everywhere below
-      __m256 qv[HD], go[HD], dq[HD], d = _mm256_setzero_ps();
+      __m256 go[HD], dq[HD], d = _mm256_setzero_ps();
       #pragma GCC unroll 16
       for (int c = 0; c < HD; ++c) {
         const __m256 g_c = load_lanes(GO + c * go_cs + i0 * go_ts, go_ts, mask);
         d = _mm256_fmadd_ps(g_c, _mm256_maskload_ps(O + c * cs + i0, mask), d);
         go[c] = _mm256_mul_ps(g_c, ks);
-        qv[c] = _mm256_maskload_ps(Q + c * cs + i0, mask);
+        _mm256_storeu_ps(GR + c * L8 + i0, go[c]);
+        _mm256_storeu_ps(QR + c * L8 + i0, _mm256_maskload_ps(Q + c * cs + i0, mask));
         dq[c] = _mm256_setzero_ps();
       }
       const uint32_t counter = (uint32_t)(g * L * L + i0);
+      float* grad_bias_block = grad_bias_t + g * L * L + i0;
       int64_t j = 0;
       for (; j + 4 <= L; j += 4)  // four keys at a time: see keys_backward
-        keys_backward(4, j, P, p_stride, KP, VP, go, qv, d, dq, acc_k, acc_v,
-                      grad_bias_t + g * L * L + i0, L, valid, mask, counter, &key, drop_levels,
-                      i0 == 0);
+        keys_backward(4, j, P, p_stride, KP, VP, go, d, dq, grad_bias_block, DS + i0, PK + i0,
+                      L, L8, valid, mask, counter, &key, drop_levels);
       for (; j < L; ++j)
-        keys_backward(1, j, P, p_stride, KP, VP, go, qv, d, dq, acc_k, acc_v,
-                      grad_bias_t + g * L * L + i0, L, valid, mask, counter, &key, drop_levels,
-                      i0 == 0);
+        keys_backward(1, j, P, p_stride, KP, VP, go, d, dq, grad_bias_block, DS + i0, PK + i0,
+                      L, L8, valid, mask, counter, &key, drop_levels);
       #pragma GCC unroll 16
       for (int c = 0; c < HD; ++c)
         store_lanes(grad_q + at + c * cs + i0, _mm256_mul_ps(dq[c], scale_v), valid);
     }
-    for (int c = 0; c < HD; ++c) {  // row by row: see pack_keys
-      int64_t j = 0;
-      for (; j + LANES <= L; j += LANES) {
-        _mm256_storeu_ps(grad_k + at + c * cs + j, _mm256_mul_ps(scale_v, hsum8(acc_k + j * HD + c, HD)));
-        _mm256_storeu_ps(grad_v + at + c * cs + j, hsum8(acc_v + j * HD + c, HD));
-      }
-      for (; j < L; ++j) {
-        grad_k[at + c * cs + j] = scale * hsum(acc_k[j * HD + c]);
-        grad_v[at + c * cs + j] = hsum(acc_v[j * HD + c]);
-      }
-    }
+    key_grads(QR, DS, L, L8, scale, grad_k + at, cs);
+    key_grads(GR, PK, L, L8, 1.0f, grad_v + at, cs);
   }
   free(scratch);
-  free(acc_k);
-  free(acc_v);
-  return status;
+  return 0;
 }
 
 // The keep mask (1.0 kept, 0.0 dropped) of pairs 0 .. G - 1, [G, L, L] keys-first, as the two

@@ -53,7 +53,7 @@ def _masked(x: Tensor, residual: Tensor | None, p: float, seed: int) -> Tensor:
     residual_ptr = None if residual is None else residual.data_ptr()
     levels, scale = drop_levels(p), keep_scale(p)
     run_split(lambda begin, end: forward(x_ptr, residual_ptr, out_ptr, begin, end, levels,
-                                         scale, seed), x.numel(), x.numel(), align=8)
+                                         scale, seed), x.numel(), x.numel(), align=16)
     return out
 
 
