@@ -10,6 +10,7 @@
 // each score's index and a seed, drawn again in backward instead of stored.
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "avx2_common.h"
 
@@ -219,17 +220,16 @@ static inline __attribute__((always_inline)) void keys_backward(
 }
 
 // out[c * cs + j] = factor * sum_i rows[c, i] by_key[j, i] for the HD rows ([HD, L8]) and the L
-// keys ([L, L8]): the key gradient (rows: queries, by_key: dS) and the value gradient (rows:
-// output gradient, by_key: kept probabilities). Eight keys at a time, so that their sums are
-// the lanes of one hsum8 and the sums stay in registers (accumulating [L, HD] vectors in
+// keys ([L8, L8], rows past L zero): the key gradient (rows: queries, by_key: dS) and the value
+// gradient (rows: output gradient, by_key: kept probabilities). Eight keys at a time, so that
+// their sums are the lanes of one hsum8 and stay in registers (accumulating [L, HD] vectors in
 // memory instead made the backward store-bound).
 static void key_grads(const float* rows, const float* by_key, int64_t L, int64_t L8,
                       float factor, float* out, int64_t cs) {
   const __m256 f = _mm256_set1_ps(factor);
   for (int c = 0; c < HD; ++c) {
     const float* row = rows + c * L8;
-    int64_t j = 0;
-    for (; j + LANES <= L; j += LANES) {
+    for (int64_t j = 0; j < L; j += LANES) {
       __m256 acc[LANES];
       #pragma GCC unroll 8
       for (int jj = 0; jj < LANES; ++jj) acc[jj] = _mm256_setzero_ps();
@@ -239,13 +239,8 @@ static void key_grads(const float* rows, const float* by_key, int64_t L, int64_t
         for (int jj = 0; jj < LANES; ++jj)
           acc[jj] = _mm256_fmadd_ps(r, _mm256_loadu_ps(by_key + (j + jj) * L8 + i), acc[jj]);
       }
-      _mm256_storeu_ps(out + c * cs + j, _mm256_mul_ps(f, hsum8(acc, 1)));
-    }
-    for (; j < L; ++j) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t i = 0; i < L8; i += LANES)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(by_key + j * L8 + i), acc);
-      out[c * cs + j] = factor * hsum(acc);
+      const __m256 sums = _mm256_mul_ps(f, hsum8(acc, 1));
+      store_lanes(out + c * cs + j, sums, L - j < LANES ? L - j : LANES);
     }
   }
 }
@@ -263,12 +258,15 @@ int attention_backward(const float* q, const float* k, const float* v, int64_t B
                        float scale, uint32_t drop_levels, float keep_scale, uint64_t seed) {
   const int64_t L8 = (L + LANES - 1) / LANES * LANES;  // rows padded to whole vectors
   // block scores, packed keys and values, then queries and output gradient [HD, L8] and the
-  // bias gradient and kept probabilities [L, L8] of one pair, for key_grads
+  // bias gradient and kept probabilities [L8, L8] of one pair, for key_grads
   float* scratch = (float*)malloc(
-      (size_t)(L * LANES + 2 * L * HD + 2 * HD * L8 + 2 * L * L8) * sizeof(float));
+      (size_t)(L * LANES + 2 * L * HD + 2 * HD * L8 + 2 * L8 * L8) * sizeof(float));
   if (!scratch) return 1;
   float *KP = scratch + L * LANES, *VP = KP + L * HD, *QR = VP + L * HD, *GR = QR + HD * L8;
-  float *DS = GR + HD * L8, *PK = DS + L * L8;
+  float *DS = GR + HD * L8, *PK = DS + L8 * L8;
+  // the padding keys' rows stay zero: key_grads then takes whole blocks of 8 keys
+  memset(DS + L * L8, 0, (size_t)(L8 - L) * L8 * sizeof(float));
+  memset(PK + L * L8, 0, (size_t)(L8 - L) * L8 * sizeof(float));
   const DropKey key = drop_key(seed, drop_levels);
   const __m256 ks = _mm256_set1_ps(drop_levels ? keep_scale : 1.0f);
   const __m256 scale_v = _mm256_set1_ps(scale);
