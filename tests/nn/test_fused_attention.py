@@ -105,3 +105,16 @@ def test_usable_only_for_float32_outside_autocast():
     assert not fa.usable(x, fa.MAX_HEAD_DIM + 1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fa.usable(x, HEAD_DIM)
+
+
+def test_probabilities_are_kept_for_backward_only_when_asked_and_needed():
+    qkv_t, bias_t = inputs(2, 11)
+    out = fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5, 0.1)
+    probs_t = out.grad_fn.saved_tensors[2]
+    q, k, _ = _SplitHeads.apply(qkv_t.detach(), HEADS, 2, 11)
+    expected = (HEAD_DIM**-0.5 * q.transpose(1, 2) @ k + bias_t.detach().transpose(1, 2))
+    torch.testing.assert_close(probs_t, expected.softmax(-1).transpose(1, 2))
+    out = fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5, 0.1, keep_probs=False)
+    assert out.grad_fn.saved_tensors[2] is None  # recomputed in backward instead
+    with torch.no_grad():
+        assert fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5).grad_fn is None

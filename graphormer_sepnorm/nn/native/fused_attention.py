@@ -6,9 +6,9 @@ batched product with only 10 output columns) and the backward's twin chain; on t
 take most of an attention block's time, not for the arithmetic but for the passes over memory.
 The C kernel does the whole thing per (head, graph) pair and per 8 queries, with the scores in
 L1, and draws the dropout mask from a hash of each score's index instead of storing it. It is
-about twice as fast in forward and more in backward (``benchmarks/README.md``), and keeps only
-the probabilities (or, above :data:`~graphormer_sepnorm.nn.attention_core.RECOMPUTE_ABOVE`
-scores, nothing) for backward.
+about twice as fast in forward, and keeps only the probabilities (or, above
+:data:`~graphormer_sepnorm.nn.attention_core.RECOMPUTE_ABOVE` scores, nothing) for backward
+(``benchmarks/README.md`` has the figures).
 
 Layouts are those of :mod:`~graphormer_sepnorm.nn.head_major`: q, k and v are rows of
 ``qkv_t`` ``[3 * D, B * L]`` (rows ``(s, j, h)``, head-minor), the output is ``[D, B * L]``
@@ -78,12 +78,11 @@ class _FusedAttention(torch.autograd.Function):
         length, pairs = tokens // batch, num_heads * batch
         # One draw from the global generator: seeding torch still makes runs reproducible.
         seed = int(torch.randint(0, 2**62, (1,))) if p > 0 else 0
-        save = torch.is_grad_enabled() and keep_probs
-        probs_t = torch.empty_like(bias_t) if save else None
+        probs_t = torch.empty_like(bias_t) if keep_probs else None
         out_t = qkv_t.new_empty(dim, tokens)
         q, k, v = (qkv_t.data_ptr() + block * dim * tokens * 4 for block in range(3))
         _run(kernels.attention_forward, pairs, length, q, k, v, batch, tokens, length,
-             num_heads * tokens, bias_t.data_ptr(), probs_t.data_ptr() if save else None,
+             num_heads * tokens, bias_t.data_ptr(), None if probs_t is None else probs_t.data_ptr(),
              out_t.data_ptr(), length, scale, drop_levels(p), keep_scale(p), seed)
         ctx.meta = (num_heads, batch, scale, p, seed)  # type: ignore[attr-defined]
         ctx.save_for_backward(qkv_t, bias_t, probs_t, out_t)
@@ -142,6 +141,9 @@ def fused_attention(qkv_t: Tensor, bias_t: Tensor, num_heads: int, batch: int, s
         raise ValueError("qkv_t and bias_t must be contiguous")
     if keep_probs is None:
         keep_probs = bias_t.numel() <= RECOMPUTE_ABOVE
+    # Function.forward runs without grad mode: whether backward will come is decided here
+    keep_probs = keep_probs and torch.is_grad_enabled() and (qkv_t.requires_grad
+                                                             or bias_t.requires_grad)
     return _FusedAttention.apply(qkv_t, bias_t, num_heads, batch, scale, p, keep_probs)
 
 
