@@ -188,6 +188,17 @@ class EdgePathEncoder(nn.Module):
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
 
+def padded_keys(node_mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """``[B, 1 + N]``: 0 for the graph token and real atoms, ``-inf`` for padded positions.
+
+    Added to every query's scores, it masks the padded keys (``node_mask`` ``[B, N]``).
+    """
+    keys = torch.zeros(node_mask.shape[0], node_mask.shape[1] + 1, dtype=dtype,
+                       device=node_mask.device)
+    keys[:, 1:].masked_fill_(~node_mask, float("-inf"))
+    return keys
+
+
 class AttentionBias(nn.Module):
     """The full attention bias of a batch, computed once and shared by every layer.
 
@@ -235,8 +246,7 @@ class AttentionBias(nn.Module):
         # are written in place. Built directly in [B, H, L, L] so no permuted copy is needed.
         token_edge = torch.zeros(n + 1, n + 1, dtype=pair.dtype, device=pair.device)
         token_edge[0] = token_edge[:, 0] = 1
-        keys = torch.zeros(b, n + 1, dtype=pair.dtype, device=pair.device)
-        keys[:, 1:].masked_fill_(~batch.node_mask, float("-inf"))
+        keys = padded_keys(batch.node_mask, pair.dtype)
         bias = keys[:, None, None, :] + token_edge * self.virtual_distance.view(heads, 1, 1)
         slot = batch.pair_slot
         graph, i, j = slot // (n * n), slot // n % n + 1, slot % n + 1

@@ -87,10 +87,7 @@ def dropout(x: Tensor, p: float, training: bool = True, residual: Tensor | None 
     """
     if not training or p == 0.0:
         return x if residual is None else residual + x
-    if (x.device.type == "cpu" and 0.0 < p < 1.0 and x.is_contiguous()
-            and fused_dropout.usable(x) and (residual is None or (
-                residual.shape == x.shape and residual.dtype == x.dtype
-                and residual.is_contiguous()))):
+    if 0.0 < p < 1.0 and fused_dropout.takes(x, residual):
         return fused_dropout.fused_dropout(x, p, residual)
     if x.device.type != "cpu" or not 0.0 < p < 1.0:
         dropped = F.dropout(x, p, training)

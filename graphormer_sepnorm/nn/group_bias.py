@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from graphormer_sepnorm.nn.bias_encoders import padded_keys
 from graphormer_sepnorm.nn.size_groups import SizeGroups
 
 
@@ -46,11 +47,20 @@ def _plan(groups: SizeGroups, node_mask: Tensor, pair_slot: Tensor,
         local = position[pairs] - start
         rows, cols = (j[pairs], i[pairs]) if groups.fused else (i[pairs], j[pairs])
         flat = (local * length + rows) * length + cols
-        keys = torch.zeros(count, length, dtype=torch.float32, device=node_mask.device)
-        keys[:, 1:].masked_fill_(~node_mask[start:start + count, :length - 1], float("-inf"))
+        keys = padded_keys(node_mask[start:start + count, :length - 1], torch.float32)
         plans.append(_GroupPairs(pairs, flat, keys))
         start += count
     return plans
+
+
+def _token_row_and_column(bias: Tensor, keys_first: bool) -> tuple[Tensor, Tensor]:
+    """The graph token's query row and key column in ``[H, B_g, L, L]``, as views.
+
+    The column leaves out the crossing, which the row has.
+    """
+    if keys_first:
+        return bias[:, :, :, 0], bias[:, :, 0, 1:]
+    return bias[:, :, 0, :], bias[:, :, 1:, 0]
 
 
 def _assemble(pair: Tensor, virtual_distance: Tensor, group: _GroupPairs,
@@ -61,9 +71,7 @@ def _assemble(pair: Tensor, virtual_distance: Tensor, group: _GroupPairs,
     bias = (keys[None, :, :, None] if keys_first else keys[None, :, None, :]).expand(
         heads, count, length, length).contiguous()
     distance = virtual_distance.view(heads, 1, 1)
-    # the graph token's query row and key column (once at their crossing)
-    query_row, key_col = (bias[:, :, :, 0], bias[:, :, 0, 1:]) if keys_first else (
-        bias[:, :, 0, :], bias[:, :, 1:, 0])
+    query_row, key_col = _token_row_and_column(bias, keys_first)
     query_row.add_(distance)
     key_col.add_(distance)
     bias.view(heads, -1).index_copy_(1, group.flat, pair[group.pairs].t())
@@ -89,8 +97,7 @@ class _GroupBias(torch.autograd.Function):
             count, length = group.keys.shape
             grad = grad.view(heads, count, length, length)
             grad_pair.index_copy_(0, group.pairs, grad.view(heads, -1)[:, group.flat].t())
-            row, col = (grad[:, :, :, 0], grad[:, :, 0, 1:]) if keys_first else (
-                grad[:, :, 0, :], grad[:, :, 1:, 0])
+            row, col = _token_row_and_column(grad, keys_first)
             grad_distance += row.sum((1, 2)) + col.sum((1, 2))
         return grad_pair, grad_distance, None, None
 

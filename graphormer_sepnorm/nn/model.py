@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.nn.bias_encoders import AttentionBias, EdgeEncoding
+from graphormer_sepnorm.nn.bias_encoders import AttentionBias, EdgeEncoding, padded_keys
 from graphormer_sepnorm.nn.dropout import Dropout
 from graphormer_sepnorm.nn.group_bias import group_biases
 from graphormer_sepnorm.nn.layer import GraphormerLayer
@@ -161,8 +161,7 @@ class Graphormer(nn.Module):
         pair = self.attention_bias.pair_bias(batch).to(dtype)
         distance = self.attention_bias.virtual_distance.to(dtype)
         group_bias = group_biases(pair, distance, groups, node_mask, batch.pair_slot, inverse)
-        keys = pair.new_zeros(node_mask.shape[0], node_mask.shape[1] + 1)
-        keys[:, 1:].masked_fill_(~node_mask, float("-inf"))
+        keys = padded_keys(node_mask, dtype)
         return keys[:, None, None, :] + distance.view(1, -1, 1, 1), group_bias
 
     def embed(self, batch: GraphormerBatch) -> Tensor:

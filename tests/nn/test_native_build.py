@@ -11,15 +11,18 @@ from graphormer_sepnorm.nn import Graphormer
 from graphormer_sepnorm.nn.native import build, fused_attention, fused_dropout
 
 
+def forget_loaded_libraries():
+    for cached in (build.load, fused_attention._kernels, fused_dropout._kernels):
+        cached.cache_clear()
+
+
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     """An empty build cache and no library loaded yet in this process."""
     monkeypatch.setenv("GRAPHORMER_SEPNORM_CACHE", str(tmp_path))
-    for cached in (build.load, fused_attention._kernels, fused_dropout._kernels):
-        cached.cache_clear()
+    forget_loaded_libraries()
     yield tmp_path
-    for cached in (build.load, fused_attention._kernels, fused_dropout._kernels):
-        cached.cache_clear()
+    forget_loaded_libraries()
 
 
 def test_builds_once_into_the_cache(fresh, monkeypatch):
@@ -79,8 +82,7 @@ def test_model_with_kernels_equals_model_without(fresh, monkeypatch, train):
     results = []
     for mode in ("auto", "0"):
         monkeypatch.setenv("GRAPHORMER_SEPNORM_NATIVE", mode)
-        for cached in (build.load, fused_attention._kernels, fused_dropout._kernels):
-            cached.cache_clear()
+        forget_loaded_libraries()
         torch.manual_seed(0)
         model = Graphormer(ATOM_DIMS, BOND_DIMS, num_tasks=2, num_layers=3, hidden_dim=32,
                            ffn_dim=24, num_heads=4, dropout=0.0, attention_dropout=0.0,

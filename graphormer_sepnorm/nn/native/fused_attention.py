@@ -60,6 +60,12 @@ def usable(x: Tensor, head_dim: int) -> bool:
             and not torch.is_autocast_enabled("cpu") and _kernels(head_dim) is not None)
 
 
+def _blocks(qkv_t: Tensor) -> tuple[int, int, int]:
+    """Addresses of the q, k and v blocks of ``[3 * D, B * L]`` (or of its gradient)."""
+    block = qkv_t.numel() // 3 * qkv_t.element_size()
+    return tuple(qkv_t.data_ptr() + s * block for s in range(3))  # type: ignore[return-value]
+
+
 def _run(kernel: ctypes._CFuncPtr, pairs: int, length: int, *args: object) -> None:
     """``kernel(*args[:-5], g0, g1, *args[-5:])`` over all pairs, split over threads."""
     before, after = args[:-5], args[-5:]
@@ -80,7 +86,7 @@ class _FusedAttention(torch.autograd.Function):
         seed = int(torch.randint(0, 2**62, (1,))) if p > 0 else 0
         probs_t = torch.empty_like(bias_t) if keep_probs else None
         out_t = qkv_t.new_empty(dim, tokens)
-        q, k, v = (qkv_t.data_ptr() + block * dim * tokens * 4 for block in range(3))
+        q, k, v = _blocks(qkv_t)
         _run(kernels.attention_forward, pairs, length, q, k, v, batch, tokens, length,
              num_heads * tokens, bias_t.data_ptr(), None if probs_t is None else probs_t.data_ptr(),
              out_t.data_ptr(), length, scale, drop_levels(p), keep_scale(p), seed)
@@ -94,7 +100,7 @@ class _FusedAttention(torch.autograd.Function):
         num_heads, batch, scale, p, seed = ctx.meta  # type: ignore[attr-defined]
         qkv_t, bias_t, probs_t, out_t = ctx.saved_tensors
         kernels = _kernels(qkv_t.shape[0] // (3 * num_heads))
-        dim, tokens = out_t.shape
+        tokens = out_t.shape[1]
         length, pairs = tokens // batch, num_heads * batch
         grad_qkv_t, grad_bias_t = torch.empty_like(qkv_t), torch.empty_like(bias_t)
         if grad_out_t.stride(1) != 1 and grad_out_t.stride(0) != 1:
@@ -102,8 +108,8 @@ class _FusedAttention(torch.autograd.Function):
         # [D, B * L] with rows (j, h): strides of head, graph, head-dim row and position
         rows, cols = grad_out_t.stride()
         grad_layout = (rows, length * cols, num_heads * rows, cols)
-        q, k, v = (qkv_t.data_ptr() + block * dim * tokens * 4 for block in range(3))
-        gq, gk, gv = (grad_qkv_t.data_ptr() + block * dim * tokens * 4 for block in range(3))
+        q, k, v = _blocks(qkv_t)
+        gq, gk, gv = _blocks(grad_qkv_t)
         _run(kernels.attention_backward, pairs, length, q, k, v, batch, tokens, length,
              num_heads * tokens, bias_t.data_ptr(),
              None if probs_t is None else probs_t.data_ptr(), out_t.data_ptr(),

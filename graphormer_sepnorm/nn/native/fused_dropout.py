@@ -45,6 +45,15 @@ def usable(x: Tensor) -> bool:
             and not torch.is_autocast_enabled("cpu") and _kernels() is not None)
 
 
+def takes(x: Tensor, residual: Tensor | None = None) -> bool:
+    """Whether :func:`fused_dropout` runs on these operands.
+
+    :func:`usable` for ``x``, both contiguous, ``residual`` (if any) of ``x``'s shape and dtype.
+    """
+    return usable(x) and x.is_contiguous() and (residual is None or (
+        residual.shape == x.shape and residual.dtype == x.dtype and residual.is_contiguous()))
+
+
 def _masked(x: Tensor, residual: Tensor | None, p: float, seed: int) -> Tensor:
     """``residual + x * keep * scale`` (no residual: ``x * keep * scale``), one pass."""
     out = torch.empty_like(x)
@@ -87,9 +96,7 @@ def fused_dropout(x: Tensor, p: float, residual: Tensor | None = None) -> Tensor
         raise RuntimeError("the fused dropout kernel is not usable here; see usable()")
     if not 0.0 < p < 1.0:
         raise ValueError(f"drop probability must be in (0, 1), got {p}")
-    if not x.is_contiguous() or (residual is not None and (
-            residual.shape != x.shape or residual.dtype != x.dtype
-            or not residual.is_contiguous())):
+    if not takes(x, residual):
         raise ValueError("x and residual must be contiguous float32 tensors of one shape")
     return _FusedDropout.apply(x, residual, p)
 
