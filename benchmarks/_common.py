@@ -226,6 +226,16 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
     path.write_text(json.dumps(result, indent=1))
 
 
+def set_mode(model: Any, training: bool) -> None:
+    """``model.train(training)`` only when the mode changes, as a training loop does.
+
+    ``train()`` walks every submodule (about 1 ms for 200 modules here); a training loop sets
+    the mode once per epoch, not once per step.
+    """
+    if model.training != training:
+        model.train(training)
+
+
 def chunks(count: int, size: int) -> list[list[int]]:
     """Consecutive batches ``[0..size-1], [size..2*size-1], ...`` over ``count`` items."""
     return [list(range(start, min(start + size, count))) for start in range(0, count, size)]

@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 import torch
-from _common import Graph, chunks, load_workload, measure, worker_args, write_result
+from _common import Graph, chunks, load_workload, measure, set_mode, worker_args, write_result
 
 
 def hf_config(num_layers: int = 12, hidden: int = 80, ffn: int = 80, heads: int = 8) -> Any:
@@ -80,7 +80,7 @@ class HFSide:
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> None:
         """HF's MSE loss (``num_classes=1``), backward, AdamW step."""
-        self.model.train()
+        set_mode(self.model, True)
         loss = self.model(**batch).loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -88,7 +88,7 @@ class HFSide:
 
     def infer_step(self, batch: dict[str, torch.Tensor]) -> None:
         """Eval-mode forward without gradients (no labels, so no loss)."""
-        self.model.eval()
+        set_mode(self.model, False)
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         with torch.no_grad():
             self.model(**inputs)

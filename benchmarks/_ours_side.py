@@ -21,6 +21,7 @@ from _common import (
     loop_summary,
     measure,
     run_loop,
+    set_mode,
     tokens_per_batch,
     worker_args,
     write_result,
@@ -44,7 +45,7 @@ def to_data(graph: Graph) -> Data:
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Any) -> None:
     """MSE on the targets (as HF's regression head), backward, AdamW step."""
-    model.train()
+    set_mode(model, True)
     loss = F.mse_loss(model(batch), batch.y)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
@@ -53,7 +54,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: 
 
 def infer_step(model: torch.nn.Module, batch: Any) -> None:
     """Eval-mode forward without gradients."""
-    model.eval()
+    set_mode(model, False)
     with torch.no_grad():
         model(batch)
 
