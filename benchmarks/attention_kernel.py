@@ -3,7 +3,8 @@
 Times what runs between the q/k/v projection and the output projection, for attention groups
 of the shapes the MolHIV and ZINC benchmark batches produce: the package's C kernel
 (``graphormer_sepnorm.nn.native.fused_attention``) and the plain torch path it replaces
-(``_SplitHeads``, ``biased_attention`` and the head-minor copy of the output). Forward alone
+(``_SplitHeads``, ``biased_attention`` and the head-minor copy of the output; its
+projections have head-minor rows, the kernel's ``nn.Linear``'s own order). Forward alone
 (inference, no dropout) and forward plus backward (training, attention dropout 0.1, the output
 gradient transposed as autograd hands it over). Both sides get the same inputs; they
 alternate, and each figure is the best of several rounds.
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor
 
 from graphormer_sepnorm.nn.attention_core import biased_attention
-from graphormer_sepnorm.nn.head_major import _SplitHeads
+from graphormer_sepnorm.nn.head_major import _SplitHeads, head_minor_rows
 from graphormer_sepnorm.nn.native.fused_attention import fused_attention
 
 HEADS, HEAD_DIM = 8, 10
@@ -41,7 +42,7 @@ def torch_path(qkv_t: Tensor, bias: Tensor, graphs: int, p: float) -> Tensor:
 
 
 def kernel_path(qkv_t: Tensor, bias_t: Tensor, graphs: int, p: float) -> Tensor:
-    """The C kernel for one group (keys-first bias), same output."""
+    """The C kernel for one group (keys-first bias, rows in ``nn.Linear``'s order)."""
     return fused_attention(qkv_t, bias_t, HEADS, graphs, HEAD_DIM**-0.5, p)
 
 
@@ -65,19 +66,21 @@ def compare(graphs: int, length: int, rounds: int, calls: int) -> str:
     bias_t = bias.transpose(1, 2).contiguous().requires_grad_()
     bias.requires_grad_()
     grad = torch.randn(graphs * length, DIM, generator=gen).t()
-    sides = {"torch": (torch_path, bias), "kernel": (kernel_path, bias_t)}
+    # the torch path's projections come with head-minor rows (reordered weights in the model)
+    qkv_minor = head_minor_rows(qkv_t.detach(), HEADS, 3).requires_grad_()
+    sides = {"torch": (torch_path, qkv_minor, bias), "kernel": (kernel_path, qkv_t, bias_t)}
     with torch.no_grad():
-        a, b = (fn(qkv_t, tensor, graphs, 0.0) for fn, tensor in sides.values())
-    error = (a - b).abs().max().item()
+        a, b = (fn(qkv, tensor, graphs, 0.0) for fn, qkv, tensor in sides.values())
+    error = (a - head_minor_rows(b, HEADS, 1)).abs().max().item()
     best: dict[tuple[str, str], float] = {}
     for _ in range(rounds):  # alternate the sides: the machine's speed drifts
-        for name, (fn, tensor) in sides.items():
-            def infer(fn=fn, tensor=tensor) -> None:
+        for name, (fn, qkv, tensor) in sides.items():
+            def infer(fn=fn, qkv=qkv, tensor=tensor) -> None:
                 with torch.no_grad():
-                    fn(qkv_t, tensor, graphs, 0.0)
+                    fn(qkv, tensor, graphs, 0.0)
 
-            def train(fn=fn, tensor=tensor) -> None:
-                fn(qkv_t, tensor, graphs, 0.1).backward(grad)
+            def train(fn=fn, qkv=qkv, tensor=tensor) -> None:
+                fn(qkv, tensor, graphs, 0.1).backward(grad)
 
             for mode, step in (("infer", infer), ("train", train)):
                 seconds = min(best_seconds(step, calls, 1))

@@ -72,10 +72,14 @@ class BiasedMultiheadAttention(nn.Module):
         and with dropout falls back to an unfused kernel keeping three score-sized tensors.
         """
         heads = self.num_heads
-        projections = (head_minor_rows(self.qkv.weight, heads, 3),
-                       head_minor_rows(self.qkv.bias, heads, 3),
-                       head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
         p = self.dropout if self.training else 0.0
+        fused = groups is not None and groups.fused and num_queries is None
+        if fused:  # the C kernel reads nn.Linear's row order through strides
+            projections = (self.qkv.weight, self.qkv.bias, self.out.weight.t(), self.out.bias)
+        else:
+            projections = (head_minor_rows(self.qkv.weight, heads, 3),
+                           head_minor_rows(self.qkv.bias, heads, 3),
+                           head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
         if groups is None or num_queries is not None:
             queries = x.shape[1] if num_queries is None else num_queries
             bias = bias[:, :, :queries].transpose(0, 1).reshape(-1, queries, x.shape[1])
@@ -84,7 +88,7 @@ class BiasedMultiheadAttention(nn.Module):
             group_bias = groups.split_bias(bias)
 
         def attend(part: Tensor, part_bias: Tensor) -> Tensor:
-            if groups.fused:  # the C kernel; the group biases are keys-first
+            if fused:  # the group biases are keys-first
                 return attend_head_major_fused(part, *projections, part_bias, heads, p)
             return attend_head_major(part, *projections, part_bias, heads, None, p)
 

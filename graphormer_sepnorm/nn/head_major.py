@@ -100,9 +100,11 @@ def attend_head_major_fused(x: Tensor, qkv_weight: Tensor, qkv_bias: Tensor,
                             num_heads: int, dropout_p: float = 0.0) -> Tensor:
     """:func:`attend_head_major` through the fused C kernel, all positions attending.
 
-    Same arguments, except ``bias_t``: ``[H * B, L, L]`` keys-first (``bias_t[g, key,
-    query]``). The kernel reads q, k and v straight from the projection and writes the
-    output in the output projection's layout, so no layout copies are left.
+    Same arguments, except that the weights keep ``nn.Linear``'s row order (the kernel reads
+    rows through strides, so no :func:`head_minor_rows`), ``out_weight_t`` is the output
+    weight transposed as it is, and ``bias_t`` is ``[H * B, L, L]`` keys-first
+    (``bias_t[g, key, query]``). The kernel reads q, k and v straight from the projection and
+    writes the output in the output projection's layout, so no layout copies are left.
     """
     b, length, dim = x.shape
     qkv_t = _projected_t(x, qkv_weight, qkv_bias)

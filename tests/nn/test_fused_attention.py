@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from graphormer_sepnorm.nn.drop_rate import keep_scale
-from graphormer_sepnorm.nn.head_major import _SplitHeads
 from graphormer_sepnorm.nn.native import fused_attention as fa
 from graphormer_sepnorm.nn.native import threads
 
@@ -14,16 +13,26 @@ HEADS, HEAD_DIM = 4, 10
 DIM = HEADS * HEAD_DIM
 
 
-def reference(qkv_t, bias_t, batch, p, seed):
-    """``[D, B * L]`` head-minor attention output in plain torch (any dtype)."""
+def split_heads(qkv_t, batch):
+    """Rows ``(s, h, j)`` of ``[3 * D, B * L]`` as q, k and v ``[H * B, d, L]``."""
     length = qkv_t.shape[1] // batch
-    q, k, v = _SplitHeads.apply(qkv_t, HEADS, batch, length)
+    return (qkv_t.view(3, HEADS, HEAD_DIM, batch, length).transpose(2, 3)
+            .reshape(3, HEADS * batch, HEAD_DIM, length))
+
+
+def reference(qkv_t, bias_t, batch, p, seed):
+    """``[D, B * L]`` attention output, rows ``(h, j)``, in plain torch (any dtype).
+
+    ``qkv_t`` ``[3 * D, B * L]`` has rows ``(s, h, j)``, nn.Linear's order.
+    """
+    q, k, v = split_heads(qkv_t, batch)
+    length = q.shape[-1]
     probs = (HEAD_DIM**-0.5 * q.transpose(1, 2) @ k + bias_t.transpose(1, 2)).softmax(-1)
     if p > 0:
         keep = fa.keep_mask_t(HEADS * batch, length, p, seed).transpose(1, 2)
         probs = probs * keep.to(probs.dtype) * keep_scale(p)
     out = (probs @ v.transpose(1, 2)).transpose(1, 2)  # [G, d, L]
-    return out.reshape(HEADS, batch, HEAD_DIM, length).permute(2, 0, 1, 3).reshape(DIM, -1)
+    return out.reshape(HEADS, batch, HEAD_DIM, length).transpose(1, 2).reshape(DIM, -1)
 
 
 def inputs(batch, length, padded_keys=2, seed=0):
@@ -111,7 +120,7 @@ def test_probabilities_are_kept_for_backward_only_when_asked_and_needed():
     qkv_t, bias_t = inputs(2, 11)
     out = fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5, 0.1)
     probs_t = out.grad_fn.saved_tensors[2]
-    q, k, _ = _SplitHeads.apply(qkv_t.detach(), HEADS, 2, 11)
+    q, k, _ = split_heads(qkv_t.detach(), 2)
     expected = (HEAD_DIM**-0.5 * q.transpose(1, 2) @ k + bias_t.detach().transpose(1, 2))
     torch.testing.assert_close(probs_t, expected.softmax(-1).transpose(1, 2))
     out = fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5, 0.1, keep_probs=False)

@@ -10,10 +10,12 @@ about twice as fast in forward, and keeps only the probabilities (or, above
 :data:`~graphormer_sepnorm.nn.attention_core.RECOMPUTE_ABOVE` scores, nothing) for backward
 (``benchmarks/README.md`` has the figures).
 
-Layouts are those of :mod:`~graphormer_sepnorm.nn.head_major`: q, k and v are rows of
-``qkv_t`` ``[3 * D, B * L]`` (rows ``(s, j, h)``, head-minor), the output is ``[D, B * L]``
-with head-minor rows, and the bias is **keys-first**: ``bias_t[g, key, query]`` for the pair
-``g = h * B + b``.
+Layouts: q, k and v are rows of ``qkv_t = W x^T + b`` ``[3 * D, B * L]``, the projection
+computed transposed, its rows in ``nn.Linear``'s own order ``(s, h, j)`` (block, head, head
+dim); the output is ``[D, B * L]`` with rows ``(h, j)``, so the output projection takes it as
+it is; and the bias is **keys-first**: ``bias_t[g, key, query]`` for the pair
+``g = h * B + b``. The kernel reads any row order through strides, so the weights are used
+unpermuted (the torch path of :mod:`~graphormer_sepnorm.nn.head_major` needs head-minor rows).
 
 :func:`usable` says when it runs: float32 on an AVX2 CPU, outside autocast, head size at most
 16, a C compiler present (see :mod:`~graphormer_sepnorm.nn.native.build`).
@@ -82,13 +84,15 @@ class _FusedAttention(torch.autograd.Function):
         kernels = _kernels(qkv_t.shape[0] // (3 * num_heads))
         dim, tokens = qkv_t.shape[0] // 3, qkv_t.shape[1]
         length, pairs = tokens // batch, num_heads * batch
+        head_dim = dim // num_heads
         # One draw from the global generator: seeding torch still makes runs reproducible.
         seed = int(torch.randint(0, 2**62, (1,))) if p > 0 else 0
         probs_t = torch.empty_like(bias_t) if keep_probs else None
         out_t = qkv_t.new_empty(dim, tokens)
         q, k, v = _blocks(qkv_t)
-        _run(kernels.attention_forward, pairs, length, q, k, v, batch, tokens, length,
-             num_heads * tokens, bias_t.data_ptr(), None if probs_t is None else probs_t.data_ptr(),
+        # strides of head, graph, head-dim row and position: rows (h, j) of [3 * D, B * L]
+        _run(kernels.attention_forward, pairs, length, q, k, v, batch, head_dim * tokens, length,
+             tokens, bias_t.data_ptr(), None if probs_t is None else probs_t.data_ptr(),
              out_t.data_ptr(), length, scale, drop_levels(p), keep_scale(p), seed)
         ctx.meta = (num_heads, batch, scale, p, seed)  # type: ignore[attr-defined]
         ctx.save_for_backward(qkv_t, bias_t, probs_t, out_t)
@@ -100,18 +104,18 @@ class _FusedAttention(torch.autograd.Function):
         num_heads, batch, scale, p, seed = ctx.meta  # type: ignore[attr-defined]
         qkv_t, bias_t, probs_t, out_t = ctx.saved_tensors
         kernels = _kernels(qkv_t.shape[0] // (3 * num_heads))
-        tokens = out_t.shape[1]
+        tokens, head_dim = out_t.shape[1], out_t.shape[0] // num_heads
         length, pairs = tokens // batch, num_heads * batch
         grad_qkv_t, grad_bias_t = torch.empty_like(qkv_t), torch.empty_like(bias_t)
         if grad_out_t.stride(1) != 1 and grad_out_t.stride(0) != 1:
             grad_out_t = grad_out_t.contiguous()
-        # [D, B * L] with rows (j, h): strides of head, graph, head-dim row and position
+        # [D, B * L] with rows (h, j): strides of head, graph, head-dim row and position
         rows, cols = grad_out_t.stride()
-        grad_layout = (rows, length * cols, num_heads * rows, cols)
+        grad_layout = (head_dim * rows, length * cols, rows, cols)
         q, k, v = _blocks(qkv_t)
         gq, gk, gv = _blocks(grad_qkv_t)
-        _run(kernels.attention_backward, pairs, length, q, k, v, batch, tokens, length,
-             num_heads * tokens, bias_t.data_ptr(),
+        _run(kernels.attention_backward, pairs, length, q, k, v, batch, head_dim * tokens,
+             length, tokens, bias_t.data_ptr(),
              None if probs_t is None else probs_t.data_ptr(), out_t.data_ptr(),
              grad_out_t.data_ptr(), *grad_layout, grad_bias_t.data_ptr(), gq, gk, gv,
              length, scale, drop_levels(p), keep_scale(p), seed)
@@ -124,7 +128,7 @@ def fused_attention(qkv_t: Tensor, bias_t: Tensor, num_heads: int, batch: int, s
 
     Args:
         qkv_t: ``[3 * D, B * L]`` float32, contiguous: the q, k and v projections transposed,
-            rows ``(s, j, h)`` (see :func:`~graphormer_sepnorm.nn.head_major.head_minor_rows`).
+            rows ``(s, h, j)`` (``nn.Linear``'s order: block, head, head dim).
         bias_t: ``[H * B, L, L]`` float32, contiguous, keys-first: ``bias_t[h * B + b, j, i]``
             is added to query ``i``'s score for key ``j``. May require grad.
         num_heads: ``H``.
@@ -136,8 +140,8 @@ def fused_attention(qkv_t: Tensor, bias_t: Tensor, num_heads: int, batch: int, s
             recomputing them. Default: up to ``RECOMPUTE_ABOVE`` scores.
 
     Returns:
-        ``[D, B * L]``: the attention output, rows ``(j, h)`` (head-minor), ready for the
-        output projection.
+        ``[D, B * L]``: the attention output, rows ``(h, j)``, ready for the output
+        projection (``out.weight @ result``).
     """
     if not usable(qkv_t, qkv_t.shape[0] // (3 * num_heads)):
         raise RuntimeError("the fused attention kernel is not usable here; see usable()")
