@@ -122,7 +122,10 @@ def test_probabilities_are_kept_for_backward_only_when_asked_and_needed():
     probs_t = out.grad_fn.saved_tensors[2]
     q, k, _ = split_heads(qkv_t.detach(), 2)
     expected = (HEAD_DIM**-0.5 * q.transpose(1, 2) @ k + bias_t.detach().transpose(1, 2))
-    torch.testing.assert_close(probs_t, expected.softmax(-1).transpose(1, 2))
+    torch.testing.assert_close(probs_t.abs(), expected.softmax(-1).transpose(1, 2))
+    # the dropout mask travels in the sign bits: set where dropped, -0.0 included
+    keep = fa.keep_mask_t(HEADS * 2, 11, 0.1, seed=out.grad_fn.meta[4])
+    assert torch.equal(torch.signbit(probs_t), keep == 0)
     out = fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5, 0.1, keep_probs=False)
     assert out.grad_fn.saved_tensors[2] is None  # recomputed in backward instead
     with torch.no_grad():

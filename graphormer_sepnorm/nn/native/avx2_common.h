@@ -3,8 +3,8 @@
 // The keep mask is a hash of each element's index (a 32-bit counter) and a 64-bit seed, so a
 // kernel draws it again in backward instead of storing it, and the same seed gives the same
 // mask whatever the threads or the blocking. An element is kept where 16 bits of its hash are
-// at least drop_levels (the drop probability in 65,536ths): the top 16 bits of one hash per
-// element (keep_lanes), or both halves of a hash, one per element (keep_16).
+// at least drop_levels (the drop probability in 65,536ths): both 16-bit halves of a hash, one
+// per element (keep_16), so one hash serves two elements.
 #ifndef GRAPHORMER_SEPNORM_AVX2_COMMON_H
 #define GRAPHORMER_SEPNORM_AVX2_COMMON_H
 
@@ -61,14 +61,8 @@ static inline __m256 kept(__m256i bits, const DropKey* k) {
                        _mm256_set1_ps(1.0f));
 }
 
-// 1.0 where the elements with indices counter .. counter + 7 are kept, else 0.0 (their hashes'
-// top 16 bits).
-static inline __m256 keep_lanes(uint32_t counter, const DropKey* k) {
-  return kept(_mm256_srli_epi32(hash_lanes(counter, k), 16), k);
-}
-
-// Keep masks of 16 elements from one hash vector: the top 16 bits of lane n decide element n,
-// the low 16 bits element 8 + n (elements 16 c .. 16 c + 15 use counters 8 c .. 8 c + 7).
+// Keep masks of 16 elements from one hash vector (counters counter .. counter + 7): the top 16
+// bits of lane n decide element n of *first, the low 16 bits element n of *second.
 static inline void keep_16(uint32_t counter, const DropKey* k, __m256* first, __m256* second) {
   const __m256i h = hash_lanes(counter, k);
   *first = kept(_mm256_srli_epi32(h, 16), k);

@@ -7,7 +7,8 @@
 // probabilities and the bias gradient are keys-first ([G, L keys, L queries]) so that each
 // key's 8 lanes are contiguous. A block's scores stay in an L1 scratch of L x 8 floats instead
 // of [G, L, L] tensors written and read by a chain of operators. The dropout mask is a hash of
-// each score's index and a seed, drawn again in backward instead of stored.
+// each score's index and a seed, one hash for two keys (key_keep); backward reads it from the
+// sign bits of the kept probabilities, or draws it again when they are recomputed.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,9 +126,37 @@ static inline int64_t pair_offset(int64_t g, int64_t B, int64_t hs, int64_t bs) 
   return (g / B) * hs + (g % B) * bs;
 }
 
+// The keep mask of key j's 8 lanes (queries i0 .. i0 + 7; counter = (g * L) * L + i0): keys
+// 2m and 2m + 1 share one hash (keep_16) at key 2m's counter, half the hashing of one each.
+static inline __m256 key_keep(uint32_t counter, int64_t j, int64_t L, const DropKey* key) {
+  __m256 even, odd;
+  keep_16(counter + (uint32_t)((j & ~(int64_t)1) * L), key, &even, &odd);
+  return (j & 1) ? odd : even;
+}
+
+// p with its sign bit set where keep is 0: the kept probabilities carry the dropout mask to
+// backward (probabilities are >= 0, and -0.0 keeps the mark on a zero).
+static inline __m256 mark_dropped(__m256 p, __m256 keep) {
+  const __m256 dropped = _mm256_cmp_ps(keep, _mm256_setzero_ps(), _CMP_EQ_OQ);
+  return _mm256_or_ps(p, _mm256_and_ps(dropped, _mm256_set1_ps(-0.0f)));
+}
+
+// acc[c] += keep * P_j * V_jc for key j of a block of queries (P_j in scratch), and P_j into
+// row j of probs_block (marked where dropped) when the probabilities are kept.
+static inline __attribute__((always_inline)) void add_value(
+    const float* scratch, const float* VP, int64_t j, int64_t L, __m256 keep,
+    uint32_t drop_levels, float* probs_block, int64_t valid, __m256* acc) {
+  __m256 p = _mm256_loadu_ps(scratch + j * LANES);
+  if (probs_block) store_lanes(probs_block + j * L, drop_levels ? mark_dropped(p, keep) : p, valid);
+  if (drop_levels) p = _mm256_mul_ps(p, keep);
+  #pragma GCC unroll 16
+  for (int c = 0; c < HD; ++c)
+    acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(VP + j * HD + c), p, acc[c]);
+}
+
 // Forward for pairs g0 .. g1 - 1. Element (g = h * B + b, c, t) of q, k, v and out is at
 // base + h * hs + b * bs + c * cs + t; bias_t and probs_t are [G, L, L] keys-first, probs_t
-// may be NULL (not kept).
+// may be NULL (not kept); kept probabilities have their sign bit set where dropped.
 // drop_levels = 0: no dropout; else keep where the score's hash clears it, and scale by
 // keep_scale. Returns 0, or 1 when the scratch could not be allocated.
 int attention_forward(const float* q, const float* k, const float* v, int64_t B, int64_t hs,
@@ -153,13 +182,13 @@ int attention_forward(const float* q, const float* k, const float* v, int64_t B,
       __m256 acc[HD];
       #pragma GCC unroll 16
       for (int c = 0; c < HD; ++c) acc[c] = _mm256_setzero_ps();
-      for (int64_t j = 0; j < L; ++j) {
-        __m256 p = _mm256_loadu_ps(scratch + j * LANES);
-        if (probs_t) store_lanes(probs_t + g * L * L + j * L + i0, p, valid);
-        if (drop_levels) p = _mm256_mul_ps(p, keep_lanes((uint32_t)((g * L + j) * L + i0), &key));
-        #pragma GCC unroll 16
-        for (int c = 0; c < HD; ++c)
-          acc[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(VP + j * HD + c), p, acc[c]);
+      const uint32_t counter = (uint32_t)(g * L * L + i0);
+      float* probs_block = probs_t ? probs_t + g * L * L + i0 : NULL;
+      for (int64_t j = 0; j < L; j += 2) {  // two keys a hash: see key_keep
+        __m256 keep0 = _mm256_set1_ps(1.0f), keep1 = keep0;
+        if (drop_levels) keep_16(counter + (uint32_t)(j * L), &key, &keep0, &keep1);
+        add_value(scratch, VP, j, L, keep0, drop_levels, probs_block, valid, acc);
+        if (j + 1 < L) add_value(scratch, VP, j + 1, L, keep1, drop_levels, probs_block, valid, acc);
       }
       #pragma GCC unroll 16
       for (int c = 0; c < HD; ++c)
@@ -181,10 +210,13 @@ static inline __m256 load_lanes(const float* p, int64_t t, __m256i mask) {
 // The backward of one block of 8 queries (lanes) for keys j .. j + nk - 1: the bias gradient
 // dS = P (dP - D) into grad_bias_t's rows and into ds_rows, the kept probabilities P m into
 // kept_rows (both [L, L8], for key_grads), and the query gradient into dq. go: the output
-// gradient times the keep scale; d: D = dO . O per query. Keys go nk at a time because each dP
-// is a chain of HD dependent FMAs: one key at a time waits on their latency (measured).
+// gradient times the keep scale; d: D = dO . O per query. marked: P comes from the forward,
+// the mask in its sign bits; else it was recomputed and the mask is drawn again. Keys go nk at
+// a time because each dP is a chain of HD dependent FMAs: one key at a time waits on their
+// latency (measured).
 static inline __attribute__((always_inline)) void keys_backward(
-    const int nk, int64_t j, const float* P, int64_t p_stride, const float* KP, const float* VP,
+    const int nk, int64_t j, const float* P, int64_t p_stride, int marked, const float* KP,
+    const float* VP,
     const __m256* go, __m256 d, __m256* dq, float* grad_bias_t, float* ds_rows,
     float* kept_rows, int64_t L, int64_t L8, int64_t valid, __m256i mask, uint32_t counter,
     const DropKey* key, uint32_t drop_levels) {
@@ -202,8 +234,13 @@ static inline __attribute__((always_inline)) void keys_backward(
   #pragma GCC unroll 4
   for (int kk = 0; kk < nk; ++kk) {
     __m256 kept = p[kk];
-    if (drop_levels) {
-      const __m256 keep = keep_lanes(counter + (uint32_t)((j + kk) * L), key);
+    if (drop_levels && marked) {
+      const __m256 dropped = _mm256_castsi256_ps(_mm256_srai_epi32(_mm256_castps_si256(p[kk]), 31));
+      p[kk] = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), p[kk]);  // |P|
+      dp[kk] = _mm256_andnot_ps(dropped, dp[kk]);
+      kept = _mm256_andnot_ps(dropped, p[kk]);
+    } else if (drop_levels) {
+      const __m256 keep = key_keep(counter, j + kk, L, key);
       dp[kk] = _mm256_mul_ps(dp[kk], keep);
       kept = _mm256_mul_ps(p[kk], keep);
     }
@@ -297,10 +334,10 @@ int attention_backward(const float* q, const float* k, const float* v, int64_t B
       float* grad_bias_block = grad_bias_t + g * L * L + i0;
       int64_t j = 0;
       for (; j + 4 <= L; j += 4)  // four keys at a time: see keys_backward
-        keys_backward(4, j, P, p_stride, KP, VP, go, d, dq, grad_bias_block, DS + i0, PK + i0,
+        keys_backward(4, j, P, p_stride, probs_t != NULL, KP, VP, go, d, dq, grad_bias_block, DS + i0, PK + i0,
                       L, L8, valid, mask, counter, &key, drop_levels);
       for (; j < L; ++j)
-        keys_backward(1, j, P, p_stride, KP, VP, go, d, dq, grad_bias_block, DS + i0, PK + i0,
+        keys_backward(1, j, P, p_stride, probs_t != NULL, KP, VP, go, d, dq, grad_bias_block, DS + i0, PK + i0,
                       L, L8, valid, mask, counter, &key, drop_levels);
       #pragma GCC unroll 16
       for (int c = 0; c < HD; ++c)
@@ -321,7 +358,6 @@ void attention_keep_mask(float* keep, int64_t G, int64_t L, uint32_t drop_levels
   for (int64_t g = 0; g < G; ++g)
     for (int64_t j = 0; j < L; ++j)
       for (int64_t i0 = 0; i0 < L; i0 += LANES)
-        store_lanes(keep + (g * L + j) * L + i0,
-                    keep_lanes((uint32_t)((g * L + j) * L + i0), &key),
+        store_lanes(keep + (g * L + j) * L + i0, key_keep((uint32_t)(g * L * L + i0), j, L, &key),
                     L - i0 < LANES ? L - i0 : LANES);
 }
