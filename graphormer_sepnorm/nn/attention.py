@@ -8,8 +8,8 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.dropout import dropout
 from graphormer_sepnorm.nn.head_major import (
+    attend_groups_fused,
     attend_head_major,
-    attend_head_major_fused,
     head_minor_rows,
 )
 from graphormer_sepnorm.nn.size_groups import SizeGroups
@@ -73,27 +73,25 @@ class BiasedMultiheadAttention(nn.Module):
         """
         heads = self.num_heads
         p = self.dropout if self.training else 0.0
-        fused = groups is not None and groups.fused and num_queries is None
-        if fused:  # the C kernel reads nn.Linear's row order through strides
-            projections = (self.qkv.weight, self.qkv.bias, self.out.weight.t(), self.out.bias)
-        else:
-            projections = (head_minor_rows(self.qkv.weight, heads, 3),
-                           head_minor_rows(self.qkv.bias, heads, 3),
-                           head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
+        if groups is not None and groups.fused and num_queries is None:
+            # the C kernel, all groups in one call; nn.Linear's row order, keys-first biases
+            if group_bias is None:
+                group_bias = groups.split_bias(bias)
+            return attend_groups_fused(x, groups.rows, self.qkv.weight, self.qkv.bias,
+                                       self.out.weight.t(), self.out.bias, group_bias,
+                                       groups.counts, groups.lengths, heads, p)
+        projections = (head_minor_rows(self.qkv.weight, heads, 3),
+                       head_minor_rows(self.qkv.bias, heads, 3),
+                       head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
         if groups is None or num_queries is not None:
             queries = x.shape[1] if num_queries is None else num_queries
             bias = bias[:, :, :queries].transpose(0, 1).reshape(-1, queries, x.shape[1])
             return attend_head_major(x, *projections, bias, heads, num_queries, p)
         if group_bias is None:
             group_bias = groups.split_bias(bias)
-
-        def attend(part: Tensor, part_bias: Tensor) -> Tensor:
-            if fused:  # the group biases are keys-first
-                return attend_head_major_fused(part, *projections, part_bias, heads, p)
-            return attend_head_major(part, *projections, part_bias, heads, None, p)
-
-        return groups.merge([attend(part, part_bias) for part, part_bias
-                             in zip(groups.split(x), group_bias, strict=True)])
+        return groups.merge([attend_head_major(part, *projections, part_bias, heads, None, p)
+                             for part, part_bias in zip(groups.split(x), group_bias,
+                                                        strict=True)])
 
     def _attend(self, x: Tensor, bias: Tensor, need_weights: bool = False,
                 num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:

@@ -95,18 +95,44 @@ def attend_head_major(x: Tensor, qkv_weight: Tensor, qkv_bias: Tensor, out_weigh
     return torch.addmm(out_bias, out_t.t(), out_weight_t).view(b, queries, dim)
 
 
-def attend_head_major_fused(x: Tensor, qkv_weight: Tensor, qkv_bias: Tensor,
-                            out_weight_t: Tensor, out_bias: Tensor, bias_t: Tensor,
-                            num_heads: int, dropout_p: float = 0.0) -> Tensor:
-    """:func:`attend_head_major` through the fused C kernel, all positions attending.
+def attend_groups_fused(x: Tensor, rows: Tensor | None, qkv_weight: Tensor, qkv_bias: Tensor,
+                        out_weight_t: Tensor, out_bias: Tensor, biases: list[Tensor],
+                        counts: list[int], lengths: list[int], num_heads: int,
+                        dropout_p: float = 0.0) -> Tensor:
+    """:func:`attend_head_major` for all size groups at once, through the fused C kernel.
 
-    Same arguments, except that the weights keep ``nn.Linear``'s row order (the kernel reads
-    rows through strides, so no :func:`head_minor_rows`), ``out_weight_t`` is the output
-    weight transposed as it is, and ``bias_t`` is ``[H * B, L, L]`` keys-first
-    (``bias_t[g, key, query]``). The kernel reads q, k and v straight from the projection and
-    writes the output in the output projection's layout, so no layout copies are left.
+    The groups' tokens are gathered into one block, so each projection is one product and the
+    attention one autograd node whatever the number of groups (per group, the split, the
+    products, the padding and the concatenation cost some 40 operator calls a layer, forward
+    and backward).
+
+    Args:
+        x: ``[B, L, D]`` normalized tokens, graphs sorted into their groups.
+        rows: the groups' rows of ``x.view(B * L, D)``
+            (:meth:`~graphormer_sepnorm.nn.size_groups.SizeGroups.token_rows`), or ``None``
+            for one group of length ``L``.
+        qkv_weight: ``[3 * D, D]`` as ``nn.Linear`` holds it (the kernel reads the rows
+            through strides).
+        qkv_bias: ``[3 * D]``.
+        out_weight_t: the output projection's weight, transposed, ``[D, D]``.
+        out_bias: ``[D]``.
+        biases: each group's bias ``[H * B_g, L_g, L_g]``, keys-first.
+        counts: each group's ``B_g``.
+        lengths: each group's ``L_g``.
+        num_heads: ``H``.
+        dropout_p: dropout on the attention probabilities. Default: 0.
+
+    Returns:
+        ``[B, L, D]``, zeros past each group's length.
     """
     b, length, dim = x.shape
-    qkv_t = _projected_t(x, qkv_weight, qkv_bias)
-    out_t = fused_attention(qkv_t, bias_t, num_heads, b, (dim // num_heads)**-0.5, dropout_p)
-    return torch.addmm(out_bias, out_t.t(), out_weight_t).view(b, length, dim)
+    tokens = x.reshape(b * length, dim)
+    if rows is not None:
+        tokens = tokens.index_select(0, rows)
+    qkv_t = _projected_t(tokens, qkv_weight, qkv_bias)
+    out_t = fused_attention(qkv_t, biases, num_heads, counts, (dim // num_heads)**-0.5,
+                            dropout_p, lengths=lengths)
+    out = torch.addmm(out_bias, out_t.t(), out_weight_t)
+    if rows is not None:
+        out = out.new_zeros(b * length, dim).index_copy(0, rows, out)
+    return out.view(b, length, dim)

@@ -137,7 +137,8 @@ class Graphormer(nn.Module):
         if x.device.type == "cpu" and not need_weights:
             heads = len(self.attention_bias.virtual_distance)
             groups, inverse, x, node_mask = _sort_into_groups(x, node_mask, heads)
-            groups = replace(groups, fused=fused_attention.usable(x, x.shape[-1] // heads))
+            if fused_attention.usable(x, x.shape[-1] // heads):
+                groups = replace(groups, fused=True, rows=groups.token_rows(x.device))
             bias, group_bias = self._grouped_bias(batch, groups, node_mask, inverse, x.dtype)
         else:
             bias = self.attention_bias(batch).to(x.dtype)

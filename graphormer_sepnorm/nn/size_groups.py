@@ -39,6 +39,7 @@ class SizeGroups:
         fused: attention runs in the fused C kernel
             (:mod:`~graphormer_sepnorm.nn.native.fused_attention`), which takes the group
             biases keys-first. Set by the model, which decides once per batch.
+        rows: with ``fused``, :meth:`token_rows`, computed once per batch by the model.
     """
 
     order: Tensor | None
@@ -47,6 +48,7 @@ class SizeGroups:
     lengths: list[int]
     length: int
     fused: bool = False
+    rows: Tensor | None = None
 
     @classmethod
     def plan(cls, node_mask: Tensor, num_heads: int,
@@ -105,6 +107,26 @@ class SizeGroups:
     def whole(cls, batch_size: int, length: int) -> SizeGroups:
         """The whole batch as one group of ``length`` tokens (what ``plan``'s ``None`` means)."""
         return cls(order=None, inverse=None, counts=[batch_size], lengths=[length], length=length)
+
+    def token_rows(self, device: torch.device | None = None) -> Tensor | None:
+        """Rows of the ``[B * L]`` token grid that the groups keep, group after group.
+
+        Group ``g``'s graphs, each cut to ``L_g`` tokens: the fused attention gathers them into
+        one ``[T, D]`` block (``T`` the sum of ``B_g * L_g``) and takes all groups in one call.
+        ``None`` when nothing is cut (one group as long as the batch). Graphs must be sorted
+        (``order`` is ``None``).
+        """
+        if self.order is not None:
+            raise ValueError("token rows are for a batch already sorted into its groups")
+        if self.lengths == [self.length]:
+            return None
+        parts, first = [], 0
+        for count, length in zip(self.counts, self.lengths, strict=True):
+            graphs = torch.arange(first, first + count, device=device)
+            parts.append((graphs[:, None] * self.length
+                          + torch.arange(length, device=device)).flatten())
+            first += count
+        return torch.cat(parts)
 
     def split(self, x: Tensor) -> list[Tensor]:
         """``x`` ``[B, L, ...]`` as one ``[B_g, L_g, ...]`` view per group."""

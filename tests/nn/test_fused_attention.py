@@ -49,7 +49,7 @@ def run_both(batch, length, p, keep_probs, transposed_grad):
     torch.manual_seed(3)
     out = fa.fused_attention(qkv_t, bias_t, HEADS, batch, HEAD_DIM**-0.5, p, keep_probs)
     torch.manual_seed(3)  # the kernel's seed is one draw from the global generator
-    seed = int(torch.randint(0, 2**62, (1,))) if p > 0 else 0
+    seed = fa.group_seed(int(torch.randint(0, 2**62, (1,))), 0) if p > 0 else 0
     q64, b64 = (t.detach().double().requires_grad_() for t in (qkv_t, bias_t))
     expected = reference(q64, b64, batch, p, seed)
     # autograd hands the output projection's input gradient over transposed: strided lanes
@@ -67,6 +67,41 @@ def test_matches_reference_forward_and_backward(p, keep_probs, length):
     fused, expected = run_both(3, length, p, keep_probs, transposed_grad=length == 13)
     for got, want in zip(fused, expected, strict=True):
         torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.25])
+def test_groups_in_one_call_match_the_reference_group_by_group(p):
+    shapes = [(3, 13), (2, 7), (4, 1)]  # (graphs, tokens) of each group
+    parts = [inputs(count, length, padded_keys=min(2, length - 1), seed=k)
+             for k, (count, length) in enumerate(shapes)]
+    qkv_t = torch.cat([q.detach() for q, _ in parts], dim=1).requires_grad_()
+    biases = [b for _, b in parts]
+    torch.manual_seed(3)
+    out = fa.fused_attention(qkv_t, biases, HEADS, [c for c, _ in shapes], HEAD_DIM**-0.5, p,
+                             lengths=[n for _, n in shapes])
+    torch.manual_seed(3)
+    seed = int(torch.randint(0, 2**62, (1,)))
+    grad = torch.randn(qkv_t.shape[1], DIM).t()  # transposed, as autograd hands it over
+    out.backward(grad)
+    first = 0
+    for k, ((count, length), bias_t) in enumerate(zip(shapes, biases, strict=True)):
+        columns = slice(first, first + count * length)
+        q64 = qkv_t.detach()[:, columns].double().requires_grad_()
+        b64 = bias_t.detach().double().requires_grad_()
+        expected = reference(q64, b64, count, p, fa.group_seed(seed, k) if p > 0 else 0)
+        expected.backward(grad[:, columns].double())
+        for got, want in ((out[:, columns], expected), (qkv_t.grad[:, columns], q64.grad),
+                          (bias_t.grad, b64.grad)):
+            torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=1e-4)
+        first += count * length
+
+
+def test_group_seeds_differ_and_give_independent_masks():
+    seeds = [fa.group_seed(7, k) for k in range(4)]
+    assert len(set(seeds)) == 4 and all(0 <= s < 2**64 for s in seeds)
+    keep = [fa.keep_mask_t(64, 30, 0.1, seed=s) for s in seeds[:2]]
+    agree = (keep[0] == keep[1]).float().mean().item()
+    assert abs(agree - (0.9**2 + 0.1**2)) < 0.01
 
 
 def test_padded_keys_get_no_probability_and_no_gradient():
@@ -119,14 +154,14 @@ def test_usable_only_for_float32_outside_autocast():
 def test_probabilities_are_kept_for_backward_only_when_asked_and_needed():
     qkv_t, bias_t = inputs(2, 11)
     out = fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5, 0.1)
-    probs_t = out.grad_fn.saved_tensors[2]
+    probs_t = out.grad_fn.saved_tensors[3]  # after q/k/v, the output and the bias
     q, k, _ = split_heads(qkv_t.detach(), 2)
     expected = (HEAD_DIM**-0.5 * q.transpose(1, 2) @ k + bias_t.detach().transpose(1, 2))
     torch.testing.assert_close(probs_t.abs(), expected.softmax(-1).transpose(1, 2))
     # the dropout mask travels in the sign bits: set where dropped, -0.0 included
-    keep = fa.keep_mask_t(HEADS * 2, 11, 0.1, seed=out.grad_fn.meta[4])
+    keep = fa.keep_mask_t(HEADS * 2, 11, 0.1, seed=out.grad_fn.meta[4][0])
     assert torch.equal(torch.signbit(probs_t), keep == 0)
     out = fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5, 0.1, keep_probs=False)
-    assert out.grad_fn.saved_tensors[2] is None  # recomputed in backward instead
+    assert out.grad_fn.saved_tensors[3] is None  # recomputed in backward instead
     with torch.no_grad():
         assert fa.fused_attention(qkv_t, bias_t, HEADS, 2, HEAD_DIM**-0.5).grad_fn is None

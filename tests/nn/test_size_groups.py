@@ -49,6 +49,16 @@ def test_split_and_merge_round_trip_with_zero_padding():
         assert not merged[g, length:].any()
 
 
+def test_token_rows_list_each_groups_tokens_group_after_group():
+    groups = SizeGroups(order=None, inverse=None, counts=[2, 1], lengths=[3, 5], length=5)
+    # graphs 0 and 1 keep their first 3 tokens of 5, graph 2 all 5
+    assert groups.token_rows().tolist() == [0, 1, 2, 5, 6, 7, 10, 11, 12, 13, 14]
+    assert SizeGroups.whole(4, 7).token_rows() is None  # nothing cut
+    sorting = SizeGroups.plan(mask([9, 2, 5, 2]), num_heads=2, overhead=0)
+    with pytest.raises(ValueError, match="sorted"):
+        sorting.token_rows()
+
+
 def models(dropout: float = 0.0) -> Graphormer:
     torch.manual_seed(0)
     return Graphormer(ATOM_DIMS, BOND_DIMS, num_tasks=2, num_layers=3, hidden_dim=16,

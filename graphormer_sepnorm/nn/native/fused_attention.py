@@ -6,16 +6,19 @@ batched product with only 10 output columns) and the backward's twin chain; on t
 take most of an attention block's time, not for the arithmetic but for the passes over memory.
 The C kernel does the whole thing per (head, graph) pair and per 8 queries, with the scores in
 L1, and draws the dropout mask from a hash of each score's index instead of storing it. It is
-about twice as fast in forward, and keeps only the probabilities (or, above
-:data:`~graphormer_sepnorm.nn.attention_core.RECOMPUTE_ABOVE` scores, nothing) for backward
-(``benchmarks/README.md`` has the figures).
+about twice as fast in forward, and keeps only the probabilities, the dropout mask in their
+sign bits (or, above :data:`~graphormer_sepnorm.nn.attention_core.RECOMPUTE_ABOVE` scores,
+nothing), for backward (``benchmarks/README.md`` has the figures). All size groups of a batch
+(:mod:`~graphormer_sepnorm.nn.size_groups`) go through one call and one autograd node, each
+group with its own dropout seed (:func:`group_seed`).
 
-Layouts: q, k and v are rows of ``qkv_t = W x^T + b`` ``[3 * D, B * L]``, the projection
-computed transposed, its rows in ``nn.Linear``'s own order ``(s, h, j)`` (block, head, head
-dim); the output is ``[D, B * L]`` with rows ``(h, j)``, so the output projection takes it as
-it is; and the bias is **keys-first**: ``bias_t[g, key, query]`` for the pair
-``g = h * B + b``. The kernel reads any row order through strides, so the weights are used
-unpermuted (the torch path of :mod:`~graphormer_sepnorm.nn.head_major` needs head-minor rows).
+Layouts: q, k and v are rows of ``qkv_t = W x^T + b`` ``[3 * D, T]`` (``T = B * L`` tokens,
+or each group's ``B_g * L_g`` after the previous group's), the projection computed
+transposed, its rows in ``nn.Linear``'s own order ``(s, h, j)`` (block, head, head dim); the
+output is ``[D, T]`` with rows ``(h, j)``, so the output projection takes it as it is; and the
+bias is **keys-first**: ``bias_t[g, key, query]`` for the pair ``g = h * B + b``. The kernel
+reads any row order through strides, so the weights are used unpermuted (the torch path of
+:mod:`~graphormer_sepnorm.nn.head_major` needs head-minor rows).
 
 :func:`usable` says when it runs: float32 on an AVX2 CPU, outside autocast, head size at most
 16, a C compiler present (see :mod:`~graphormer_sepnorm.nn.native.build`).
@@ -77,84 +80,129 @@ def _run(kernel: ctypes._CFuncPtr, pairs: int, length: int, *args: object) -> No
         raise MemoryError("fused attention: no memory for the kernel's scratch")
 
 
+def group_seed(seed: int, group: int) -> int:
+    """The dropout seed of group ``group`` of a call drawn ``seed`` (splitmix64 of both).
+
+    Each group's mask counts its scores from 0, so groups need unrelated seeds.
+    """
+    z = (seed + (group + 1) * 0x9E3779B97F4A7C15) % 2**64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 % 2**64
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB % 2**64
+    return z ^ (z >> 31)
+
+
+class _Groups:
+    """Where each group's graphs lie in ``[*, T]`` token columns: ``(graphs, L, first column)``."""
+
+    def __init__(self, counts: list[int], lengths: list[int]) -> None:
+        self.spans, start = [], 0
+        for count, length in zip(counts, lengths, strict=True):
+            self.spans.append((count, length, start))
+            start += count * length
+        self.tokens = start
+
+
 class _FusedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: FunctionCtx, qkv_t: Tensor, bias_t: Tensor, num_heads: int, batch: int,
-                scale: float, p: float, keep_probs: bool) -> Tensor:
+    def forward(ctx: FunctionCtx, qkv_t: Tensor, groups: _Groups, num_heads: int, scale: float,
+                p: float, keep_probs: list[bool], *biases: Tensor) -> Tensor:
         kernels = _kernels(qkv_t.shape[0] // (3 * num_heads))
-        dim, tokens = qkv_t.shape[0] // 3, qkv_t.shape[1]
-        length, pairs = tokens // batch, num_heads * batch
-        head_dim = dim // num_heads
+        tokens, itemsize = qkv_t.shape[1], qkv_t.element_size()
+        head_dim = qkv_t.shape[0] // (3 * num_heads)
         # One draw from the global generator: seeding torch still makes runs reproducible.
         seed = int(torch.randint(0, 2**62, (1,))) if p > 0 else 0
-        probs_t = torch.empty_like(bias_t) if keep_probs else None
-        out_t = qkv_t.new_empty(dim, tokens)
+        seeds = [group_seed(seed, k) if p > 0 else 0 for k in range(len(biases))]
+        probs = [torch.empty_like(b) if keep else None for b, keep in zip(biases, keep_probs,
+                                                                           strict=True)]
+        out_t = qkv_t.new_empty(qkv_t.shape[0] // 3, tokens)
         q, k, v = _blocks(qkv_t)
-        # strides of head, graph, head-dim row and position: rows (h, j) of [3 * D, B * L]
-        _run(kernels.attention_forward, pairs, length, q, k, v, batch, head_dim * tokens, length,
-             tokens, bias_t.data_ptr(), None if probs_t is None else probs_t.data_ptr(),
-             out_t.data_ptr(), length, scale, drop_levels(p), keep_scale(p), seed)
-        ctx.meta = (num_heads, batch, scale, p, seed)  # type: ignore[attr-defined]
-        ctx.save_for_backward(qkv_t, bias_t, probs_t, out_t)
+        for (count, length, first), bias_t, probs_t, group_seed_ in zip(
+                groups.spans, biases, probs, seeds, strict=True):
+            at = first * itemsize  # strides of head, graph, head-dim row and position
+            _run(kernels.attention_forward, num_heads * count, length, q + at, k + at, v + at,
+                 count, head_dim * tokens, length, tokens, bias_t.data_ptr(),
+                 None if probs_t is None else probs_t.data_ptr(), out_t.data_ptr() + at,
+                 length, scale, drop_levels(p), keep_scale(p), group_seed_)
+        ctx.meta = (groups, num_heads, scale, p, seeds)  # type: ignore[attr-defined]
+        ctx.save_for_backward(qkv_t, out_t, *biases, *probs)
         return out_t
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_out_t: Tensor) -> tuple[Tensor | None, ...]:
-        num_heads, batch, scale, p, seed = ctx.meta  # type: ignore[attr-defined]
-        qkv_t, bias_t, probs_t, out_t = ctx.saved_tensors
+        groups, num_heads, scale, p, seeds = ctx.meta  # type: ignore[attr-defined]
+        qkv_t, out_t, *saved = ctx.saved_tensors
+        biases, probs = saved[:len(seeds)], saved[len(seeds):]
         kernels = _kernels(qkv_t.shape[0] // (3 * num_heads))
-        tokens, head_dim = out_t.shape[1], out_t.shape[0] // num_heads
-        length, pairs = tokens // batch, num_heads * batch
-        grad_qkv_t, grad_bias_t = torch.empty_like(qkv_t), torch.empty_like(bias_t)
+        tokens, itemsize = out_t.shape[1], out_t.element_size()
+        head_dim = out_t.shape[0] // num_heads
+        grad_qkv_t = torch.empty_like(qkv_t)
+        grad_biases = [torch.empty_like(b) for b in biases]
         if grad_out_t.stride(1) != 1 and grad_out_t.stride(0) != 1:
             grad_out_t = grad_out_t.contiguous()
-        # [D, B * L] with rows (h, j): strides of head, graph, head-dim row and position
-        rows, cols = grad_out_t.stride()
-        grad_layout = (head_dim * rows, length * cols, rows, cols)
+        rows, cols = grad_out_t.stride()  # [D, T], rows (h, j)
         q, k, v = _blocks(qkv_t)
         gq, gk, gv = _blocks(grad_qkv_t)
-        _run(kernels.attention_backward, pairs, length, q, k, v, batch, head_dim * tokens,
-             length, tokens, bias_t.data_ptr(),
-             None if probs_t is None else probs_t.data_ptr(), out_t.data_ptr(),
-             grad_out_t.data_ptr(), *grad_layout, grad_bias_t.data_ptr(), gq, gk, gv,
-             length, scale, drop_levels(p), keep_scale(p), seed)
-        return grad_qkv_t, grad_bias_t, None, None, None, None, None
+        for (count, length, first), bias_t, probs_t, grad_bias_t, group_seed_ in zip(
+                groups.spans, biases, probs, grad_biases, seeds, strict=True):
+            at, grad_at = first * itemsize, first * cols * itemsize
+            _run(kernels.attention_backward, num_heads * count, length, q + at, k + at, v + at,
+                 count, head_dim * tokens, length, tokens, bias_t.data_ptr(),
+                 None if probs_t is None else probs_t.data_ptr(), out_t.data_ptr() + at,
+                 grad_out_t.data_ptr() + grad_at, head_dim * rows, length * cols, rows, cols,
+                 grad_bias_t.data_ptr(), gq + at, gk + at, gv + at, length, scale,
+                 drop_levels(p), keep_scale(p), group_seed_)
+        return grad_qkv_t, None, None, None, None, None, *grad_biases
 
 
-def fused_attention(qkv_t: Tensor, bias_t: Tensor, num_heads: int, batch: int, scale: float,
-                    p: float = 0.0, keep_probs: bool | None = None) -> Tensor:
+def fused_attention(qkv_t: Tensor, bias_t: Tensor | list[Tensor], num_heads: int,
+                    batch: int | list[int], scale: float, p: float = 0.0,
+                    keep_probs: bool | None = None, lengths: list[int] | None = None) -> Tensor:
     """``dropout(softmax(scale * q k^T + bias)) v`` for all heads and graphs, in one kernel.
 
+    Graphs may come in groups of different lengths (:mod:`~graphormer_sepnorm.nn.size_groups`):
+    then ``bias_t`` is a list with one tensor per group, ``batch`` the groups' graph counts and
+    ``lengths`` their token counts, and the token columns hold each group's graphs after the
+    previous group's. One autograd node serves all groups.
+
     Args:
-        qkv_t: ``[3 * D, B * L]`` float32, contiguous: the q, k and v projections transposed,
-            rows ``(s, h, j)`` (``nn.Linear``'s order: block, head, head dim).
+        qkv_t: ``[3 * D, T]`` float32, contiguous: the q, k and v projections transposed,
+            rows ``(s, h, j)`` (``nn.Linear``'s order: block, head, head dim); ``T = B * L``,
+            or the sum of ``B_g * L_g`` over groups.
         bias_t: ``[H * B, L, L]`` float32, contiguous, keys-first: ``bias_t[h * B + b, j, i]``
-            is added to query ``i``'s score for key ``j``. May require grad.
+            is added to query ``i``'s score for key ``j``. May require grad. With groups, one
+            ``[H * B_g, L_g, L_g]`` per group.
         num_heads: ``H``.
-        batch: ``B``.
+        batch: ``B``, or each group's ``B_g``.
         scale: multiplies ``q k^T``, usually ``d ** -0.5``.
         p: dropout on the probabilities, in steps of 2^-16 like
             :func:`~graphormer_sepnorm.nn.dropout.keep_mask`. Default: 0.
         keep_probs: keep the probabilities for backward (4 bytes a score) instead of
-            recomputing them. Default: up to ``RECOMPUTE_ABOVE`` scores.
+            recomputing them. Default: for each group up to ``RECOMPUTE_ABOVE`` scores.
+        lengths: each group's ``L_g`` (with groups). Default: ``T // B``.
 
     Returns:
-        ``[D, B * L]``: the attention output, rows ``(h, j)``, ready for the output
+        ``[D, T]``: the attention output, rows ``(h, j)``, ready for the output
         projection (``out.weight @ result``).
     """
+    biases = [bias_t] if isinstance(bias_t, Tensor) else list(bias_t)
+    counts = [batch] if isinstance(batch, int) else list(batch)
+    lengths = [qkv_t.shape[1] // counts[0]] if lengths is None else list(lengths)
+    groups = _Groups(counts, lengths)
     if not usable(qkv_t, qkv_t.shape[0] // (3 * num_heads)):
         raise RuntimeError("the fused attention kernel is not usable here; see usable()")
-    if qkv_t.shape[1] * num_heads * qkv_t.shape[1] // batch >= 2**32:
+    if groups.tokens != qkv_t.shape[1] or len(biases) != len(counts):
+        raise ValueError("groups do not match qkv_t's columns or the biases")
+    if any(b.numel() >= 2**32 for b in biases):  # the counter of a group's scores
         raise ValueError("more than 2^32 scores: the dropout counter would wrap")
-    if not (qkv_t.is_contiguous() and bias_t.is_contiguous()):
+    if not (qkv_t.is_contiguous() and all(b.is_contiguous() for b in biases)):
         raise ValueError("qkv_t and bias_t must be contiguous")
-    if keep_probs is None:
-        keep_probs = bias_t.numel() <= RECOMPUTE_ABOVE
     # Function.forward runs without grad mode: whether backward will come is decided here
-    keep_probs = keep_probs and torch.is_grad_enabled() and (qkv_t.requires_grad
-                                                             or bias_t.requires_grad)
-    return _FusedAttention.apply(qkv_t, bias_t, num_heads, batch, scale, p, keep_probs)
+    backward = torch.is_grad_enabled() and (qkv_t.requires_grad
+                                            or any(b.requires_grad for b in biases))
+    keep = [backward and (b.numel() <= RECOMPUTE_ABOVE if keep_probs is None else keep_probs)
+            for b in biases]
+    return _FusedAttention.apply(qkv_t, groups, num_heads, scale, p, keep, *biases)
 
 
 def keep_mask_t(pairs: int, length: int, p: float, seed: int) -> Tensor:
