@@ -134,5 +134,6 @@ def attend_groups_fused(x: Tensor, rows: Tensor | None, qkv_weight: Tensor, qkv_
                             dropout_p, lengths=lengths)
     out = torch.addmm(out_bias, out_t.t(), out_weight_t)
     if rows is not None:
-        out = out.new_zeros(b * length, dim).index_copy(0, rows, out)
+        # rows are distinct: index_add_ into zeros is index_copy, at 60 against 100 us
+        out = out.new_zeros(b * length, dim).index_add_(0, rows, out)
     return out.view(b, length, dim)
