@@ -77,7 +77,8 @@ class BiasedMultiheadAttention(nn.Module):
             # the C kernel, all groups in one call; nn.Linear's row order, keys-first biases
             if group_bias is None:
                 group_bias = groups.split_bias(bias)
-            return attend_groups_fused(x, groups.rows, self.qkv.weight, self.qkv.bias,
+            rows = groups.rows if groups.rows is not None else groups.token_rows(x.device)
+            return attend_groups_fused(x, rows, self.qkv.weight, self.qkv.bias,
                                        self.out.weight.t(), self.out.bias, group_bias,
                                        groups.counts, groups.lengths, heads, p)
         projections = (head_minor_rows(self.qkv.weight, heads, 3),

@@ -39,7 +39,8 @@ class SizeGroups:
         fused: attention runs in the fused C kernel
             (:mod:`~graphormer_sepnorm.nn.native.fused_attention`), which takes the group
             biases keys-first. Set by the model, which decides once per batch.
-        rows: with ``fused``, :meth:`token_rows`, computed once per batch by the model.
+        rows: :meth:`token_rows`, computed once per batch by the model for the fused
+            attention (which computes them itself when they are missing).
     """
 
     order: Tensor | None
