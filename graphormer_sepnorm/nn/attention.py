@@ -73,26 +73,30 @@ class BiasedMultiheadAttention(nn.Module):
         """
         heads = self.num_heads
         p = self.dropout if self.training else 0.0
-        if groups is not None and groups.fused and num_queries is None:
+        if groups is None or num_queries is not None:
+            queries = x.shape[1] if num_queries is None else num_queries
+            bias = bias[:, :, :queries].transpose(0, 1).reshape(-1, queries, x.shape[1])
+            return attend_head_major(x, *self._head_minor_projections(), bias, heads,
+                                     num_queries, p)
+        if group_bias is None:
+            group_bias = groups.split_bias(bias)
+        if groups.fused:
             # the C kernel, all groups in one call; nn.Linear's row order, keys-first biases
-            if group_bias is None:
-                group_bias = groups.split_bias(bias)
             rows = groups.rows if groups.rows is not None else groups.token_rows(x.device)
             return attend_groups_fused(x, rows, self.qkv.weight, self.qkv.bias,
                                        self.out.weight.t(), self.out.bias, group_bias,
                                        groups.counts, groups.lengths, heads, p)
-        projections = (head_minor_rows(self.qkv.weight, heads, 3),
-                       head_minor_rows(self.qkv.bias, heads, 3),
-                       head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
-        if groups is None or num_queries is not None:
-            queries = x.shape[1] if num_queries is None else num_queries
-            bias = bias[:, :, :queries].transpose(0, 1).reshape(-1, queries, x.shape[1])
-            return attend_head_major(x, *projections, bias, heads, num_queries, p)
-        if group_bias is None:
-            group_bias = groups.split_bias(bias)
+        projections = self._head_minor_projections()
         return groups.merge([attend_head_major(part, *projections, part_bias, heads, None, p)
                              for part, part_bias in zip(groups.split(x), group_bias,
                                                         strict=True)])
+
+    def _head_minor_projections(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The torch path's weights: q/k/v and output rows reordered by head_minor_rows."""
+        heads = self.num_heads
+        return (head_minor_rows(self.qkv.weight, heads, 3),
+                head_minor_rows(self.qkv.bias, heads, 3),
+                head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
 
     def _attend(self, x: Tensor, bias: Tensor, need_weights: bool = False,
                 num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:

@@ -101,26 +101,36 @@ class _Groups:
             start += count * length
         self.tokens = start
 
+    def layouts(self, head_dim: int, itemsize: int) -> list[tuple[int, int, int, tuple[int, ...]]]:
+        """Per group: ``L``, first column, byte offset in a row, and the kernels' strides.
+
+        The strides are ``(B_g, head, graph, head-dim row)`` of q, k, v and the output, whose
+        positions are consecutive.
+        """
+        return [(length, first, first * itemsize,
+                 (count, head_dim * self.tokens, length, self.tokens))
+                for count, length, first in self.spans]
+
 
 class _FusedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: FunctionCtx, qkv_t: Tensor, groups: _Groups, num_heads: int, scale: float,
                 p: float, keep_probs: list[bool], *biases: Tensor) -> Tensor:
-        kernels = _kernels(qkv_t.shape[0] // (3 * num_heads))
-        tokens, itemsize = qkv_t.shape[1], qkv_t.element_size()
         head_dim = qkv_t.shape[0] // (3 * num_heads)
-        # One draw from the global generator: seeding torch still makes runs reproducible.
-        seed = int(torch.randint(0, 2**62, (1,))) if p > 0 else 0
-        seeds = [group_seed(seed, k) if p > 0 else 0 for k in range(len(biases))]
+        kernels = _kernels(head_dim)
+        seeds = [0] * len(biases)
+        if p > 0:  # one draw from the global generator: seeding torch keeps runs reproducible
+            seed = int(torch.randint(0, 2**62, (1,)))
+            seeds = [group_seed(seed, k) for k in range(len(biases))]
         probs = [torch.empty_like(b) if keep else None for b, keep in zip(biases, keep_probs,
                                                                            strict=True)]
-        out_t = qkv_t.new_empty(qkv_t.shape[0] // 3, tokens)
+        out_t = qkv_t.new_empty(qkv_t.shape[0] // 3, qkv_t.shape[1])
         q, k, v = _blocks(qkv_t)
-        for (count, length, first), bias_t, probs_t, group_seed_ in zip(
-                groups.spans, biases, probs, seeds, strict=True):
-            at = first * itemsize  # strides of head, graph, head-dim row and position
-            _run(kernels.attention_forward, num_heads * count, length, q + at, k + at, v + at,
-                 count, head_dim * tokens, length, tokens, bias_t.data_ptr(),
+        for (length, _, at, strides), bias_t, probs_t, group_seed_ in zip(
+                groups.layouts(head_dim, qkv_t.element_size()), biases, probs, seeds,
+                strict=True):
+            _run(kernels.attention_forward, num_heads * strides[0], length, q + at, k + at,
+                 v + at, *strides, bias_t.data_ptr(),
                  None if probs_t is None else probs_t.data_ptr(), out_t.data_ptr() + at,
                  length, scale, drop_levels(p), keep_scale(p), group_seed_)
         ctx.meta = (groups, num_heads, scale, p, seeds)  # type: ignore[attr-defined]
@@ -133,9 +143,8 @@ class _FusedAttention(torch.autograd.Function):
         groups, num_heads, scale, p, seeds = ctx.meta  # type: ignore[attr-defined]
         qkv_t, out_t, *saved = ctx.saved_tensors
         biases, probs = saved[:len(seeds)], saved[len(seeds):]
-        kernels = _kernels(qkv_t.shape[0] // (3 * num_heads))
-        tokens, itemsize = out_t.shape[1], out_t.element_size()
         head_dim = out_t.shape[0] // num_heads
+        kernels = _kernels(head_dim)
         grad_qkv_t = torch.empty_like(qkv_t)
         grad_biases = [torch.empty_like(b) for b in biases]
         if grad_out_t.stride(1) != 1 and grad_out_t.stride(0) != 1:
@@ -143,11 +152,13 @@ class _FusedAttention(torch.autograd.Function):
         rows, cols = grad_out_t.stride()  # [D, T], rows (h, j)
         q, k, v = _blocks(qkv_t)
         gq, gk, gv = _blocks(grad_qkv_t)
-        for (count, length, first), bias_t, probs_t, grad_bias_t, group_seed_ in zip(
-                groups.spans, biases, probs, grad_biases, seeds, strict=True):
-            at, grad_at = first * itemsize, first * cols * itemsize
-            _run(kernels.attention_backward, num_heads * count, length, q + at, k + at, v + at,
-                 count, head_dim * tokens, length, tokens, bias_t.data_ptr(),
+        itemsize = out_t.element_size()
+        for (length, first, at, strides), bias_t, probs_t, grad_bias_t, group_seed_ in zip(
+                groups.layouts(head_dim, itemsize), biases, probs, grad_biases, seeds,
+                strict=True):
+            grad_at = first * cols * itemsize
+            _run(kernels.attention_backward, num_heads * strides[0], length, q + at, k + at,
+                 v + at, *strides, bias_t.data_ptr(),
                  None if probs_t is None else probs_t.data_ptr(), out_t.data_ptr() + at,
                  grad_out_t.data_ptr() + grad_at, head_dim * rows, length * cols, rows, cols,
                  grad_bias_t.data_ptr(), gq + at, gk + at, gv + at, length, scale,
