@@ -1,4 +1,4 @@
-"""Batches of graphs of similar size, so that padding wastes little compute."""
+"""Training and evaluation batch samplers: uniform random batches, or size-grouped ones."""
 
 from __future__ import annotations
 
@@ -9,28 +9,33 @@ from torch.utils.data import Sampler
 
 
 class SizeGroupedBatchSampler(Sampler[list[int]]):
-    """Yields batches of indices whose graphs have similar node counts.
+    """Batches of graph indices: uniform random by default, or grouped by molecule size.
 
     Indices are shuffled, cut into pools of ``batch_size * pool_batches``, each pool is sorted by
-    size and cut into batches, and the batches are shuffled. Attention and every token-wise layer
-    run on ``[B, N_max]``, so mixing a 10-atom and a 60-atom molecule in one batch costs up to 6x
-    the work; pools keep batches random yet nearly uniform in size.
+    size and cut into batches, and the batches are shuffled. With one batch per pool (the
+    default) every batch is a uniform random sample of the dataset, only listed in size order.
+
+    Size-grouped batches (``pool_batches > 1``) waste less padding, but **bias every statistic
+    taken over a batch**: a batch of one-size molecules has a mean that size explains, so a
+    BatchNorm over the batch (SepNorm's graph token) subtracts exactly what size explains in
+    training and applies running statistics no training batch had in evaluation, and gradients
+    come from one-size batches. Use them for evaluation (order changes no metric there) or for
+    models without batch statistics only.
 
     Args:
         sizes: node count of each graph.
         batch_size: graphs per batch.
-        shuffle: shuffle within and across pools (training); when false, batches follow the
-            dataset order exactly (evaluation). Default: true.
+        shuffle: shuffle (training); when false, batches follow the dataset order exactly.
+            Default: true.
         drop_last: drop a last incomplete batch. Default: false.
-        pool_batches: batches per sorted pool; larger groups sizes better, smaller keeps more
-            randomness. Default: 50.
+        pool_batches: batches per size-sorted pool; 1 gives uniform random batches. Default: 1.
         seed: base seed; epoch ``e`` uses ``seed + e`` (call :meth:`set_epoch`). Default: 0.
     """
 
     def __init__(self, sizes: Sequence[int], batch_size: int, shuffle: bool = True,
-                 drop_last: bool = False, pool_batches: int = 50, seed: int = 0) -> None:
-        if batch_size < 1:
-            raise ValueError("batch_size must be positive")
+                 drop_last: bool = False, pool_batches: int = 1, seed: int = 0) -> None:
+        if batch_size < 1 or pool_batches < 1:
+            raise ValueError("batch_size and pool_batches must be positive")
         self.sizes = torch.as_tensor(list(sizes))
         self.batch_size = batch_size
         self.shuffle = shuffle
@@ -53,6 +58,7 @@ class SizeGroupedBatchSampler(Sampler[list[int]]):
         pool = self.batch_size * self.pool_batches
         batches = []
         for start in range(0, n, pool):
+            # sorted within a batch too: the model's attention size groups are then slices
             members = order[start:start + pool]
             members = members[torch.argsort(self.sizes[members], stable=True)]
             batches += [members[i:i + self.batch_size].tolist()

@@ -1,9 +1,10 @@
-"""Shared datamodule logic: cached shortest paths, size-grouped batches, DDP sharding."""
+"""Shared datamodule logic: cached shortest paths, random training batches, DDP sharding."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
@@ -13,6 +14,9 @@ from torch_geometric.data import Data
 from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler, add_shortest_paths
 
 SPLITS = ("train", "val", "test")
+TrainBatches = Literal["random", "size_grouped"]
+#: Batches per size-sorted pool when training batches are size-grouped (an opt-in).
+SIZE_GROUPED_POOL = 50
 
 
 def make_dataset_info(name: str, task: str, target_names: Sequence[str],
@@ -106,10 +110,10 @@ class GraphDataModule(LightningDataModule):
     computed once per process for all graphs (grouped by size, vectorized: about 50 us per ZINC
     molecule) and kept in memory; edge paths and degrees are derived per batch by
     :class:`~graphormer_sepnorm.data.collate.GraphormerCollator`, which measured cheaper than
-    caching them. Training batches group molecules of similar size
-    (:class:`~graphormer_sepnorm.data.sampler.SizeGroupedBatchSampler`); under DDP each process
-    takes its own share of the batches (set ``trainer.use_distributed_sampler=False``; the CLI
-    does).
+    caching them. Training batches are uniform random samples of the training set, drawn anew
+    each epoch; evaluation batches hold molecules of similar size (a graph's prediction does not
+    depend on its batch mates in evaluation). Under DDP each process takes its own share of the
+    batches (set ``trainer.use_distributed_sampler=False``; the CLI does).
 
     Args:
         root: data root; each dataset lives in its own folder below it. Default: ``'data'``.
@@ -119,12 +123,21 @@ class GraphDataModule(LightningDataModule):
         multi_hop_max_dist: hops of each shortest path the collator keeps; the CLI links it to
             the model's. Default: 20.
         seed: seed of the training batch order (epoch ``e`` uses ``seed + e``). Default: 0.
+        train_batches: ``'random'`` (default): uniform random batches. ``'size_grouped'``:
+            batches of molecules of similar size (pools of 50 batches sorted by size), less
+            padding on the CPU but biased batch statistics; an opt-in for models without
+            BatchNorm, refused at fit time for one with it (SepNorm's default).
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
                  eval_batch_size: int | None = None, num_workers: int = 0,
-                 multi_hop_max_dist: int = 20, seed: int = 0) -> None:
+                 multi_hop_max_dist: int = 20, seed: int = 0,
+                 train_batches: TrainBatches = "random") -> None:
         super().__init__()
+        if train_batches not in ("random", "size_grouped"):
+            raise ValueError(f"train_batches must be 'random' or 'size_grouped', not "
+                             f"{train_batches!r}")
+        self.train_batches = train_batches
         self.root = root
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -160,9 +173,12 @@ class GraphDataModule(LightningDataModule):
         graphs = self.splits[split]
         sizes = [g.num_nodes for g in graphs]
         batch_size = self.batch_size if train else self.eval_batch_size
-        # Evaluation batches come from one pool sorted by size (order never changes a metric);
-        # training pools of 50 batches keep the batches random.
-        pool = 50 if train else max(1, len(sizes))
+        # Evaluation batches come from one pool sorted by size (order never changes a metric,
+        # BatchNorm uses its running statistics); training batches are uniform random samples
+        # unless size grouping was asked for (it biases every statistic taken over a batch).
+        pool = max(1, len(sizes))
+        if train:
+            pool = SIZE_GROUPED_POOL if self.train_batches == "size_grouped" else 1
         batches = SizeGroupedBatchSampler(sizes, batch_size, seed=self.seed, pool_batches=pool)
         world = self.trainer.world_size if self.trainer is not None else 1
         rank = self.trainer.global_rank if self.trainer is not None else 0
@@ -172,7 +188,11 @@ class GraphDataModule(LightningDataModule):
                           persistent_workers=self.num_workers > 0)
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled, size-grouped training batches."""
+        """Training batches: uniform random samples (or size-grouped, see ``train_batches``)."""
+        if self.train_batches == "size_grouped":
+            warnings.warn("train_batches='size_grouped': every training batch holds molecules "
+                          "of nearly one size, which biases batch statistics and gradients; "
+                          "use it only for models without BatchNorm", stacklevel=2)
         return self._loader("train", train=True)
 
     def val_dataloader(self) -> DataLoader:

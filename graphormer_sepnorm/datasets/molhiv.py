@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.datasets.base import GraphDataModule, make_dataset_info
+from graphormer_sepnorm.datasets.base import GraphDataModule, TrainBatches, make_dataset_info
 from graphormer_sepnorm.datasets.mirror import DatasetUnavailableError, prepare_raw, unavailable
 
 MOLHIV_FILES = (
@@ -42,9 +42,10 @@ class MolHIVDataModule(GraphDataModule):
 
     def __init__(self, mirror: str | None = None, root: str = "data", batch_size: int = 256,
                  eval_batch_size: int | None = None, num_workers: int = 0,
-                 multi_hop_max_dist: int = 20, seed: int = 0) -> None:
+                 multi_hop_max_dist: int = 20, seed: int = 0,
+                 train_batches: TrainBatches = "random") -> None:
         super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
-                         seed)
+                         seed, train_batches)
         self.mirror = mirror
 
     @property

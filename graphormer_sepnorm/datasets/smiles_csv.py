@@ -17,7 +17,7 @@ from rdkit import rdBase
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.datasets.base import GraphDataModule, make_dataset_info
+from graphormer_sepnorm.datasets.base import GraphDataModule, TrainBatches, make_dataset_info
 from graphormer_sepnorm.featurizers import build_featurizer, featurize_many
 
 SPLIT_VALUES = {"train": "train", "val": "val", "valid": "val", "validation": "val",
@@ -208,9 +208,9 @@ class SmilesCSVDataModule(GraphDataModule):
         split_sizes: train, val, test shares for scaffold and random splits (sum 1).
         split_seed: seed of the random split. Default: 0.
         on_invalid: ``'error'`` or ``'skip'`` rows with a SMILES that cannot be featurized.
-        root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist, seed: see
-            :class:`~graphormer_sepnorm.datasets.base.GraphDataModule` (``root`` is unused:
-            nothing is cached on disk).
+        root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist, seed,
+            train_batches: see :class:`~graphormer_sepnorm.datasets.base.GraphDataModule`
+            (``root`` is unused: nothing is cached on disk).
     """
 
     def __init__(self, path: str, target_columns: list[str] | str, smiles_column: str = "smiles",
@@ -221,9 +221,10 @@ class SmilesCSVDataModule(GraphDataModule):
                  split_sizes: tuple[float, float, float] = (0.8, 0.1, 0.1), split_seed: int = 0,
                  on_invalid: Literal["error", "skip"] = "error", root: str = "data",
                  batch_size: int = 256, eval_batch_size: int | None = None,
-                 num_workers: int = 0, multi_hop_max_dist: int = 20, seed: int = 0) -> None:
+                 num_workers: int = 0, multi_hop_max_dist: int = 20, seed: int = 0,
+                 train_batches: TrainBatches = "random") -> None:
         super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
-                         seed)
+                         seed, train_batches)
         columns = [target_columns] if isinstance(target_columns, str) else list(target_columns)
         _check_choice("task", task, ("regression", "binary"))
         _check_choice("split", split, ("random", "scaffold", "column"))

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import BinaryAUROC, MultilabelAUROC
@@ -138,7 +138,9 @@ class GraphormerModule(LightningModule):
         return out * self.target_std + self.target_mean
 
     def setup(self, stage: str) -> None:
-        """At fit start, sets the target scaler from the training set when asked."""
+        """At fit start: refuses size-grouped batches for BatchNorm, sets the target scaler."""
+        if stage == "fit":
+            _refuse_size_grouped_batch_norm(self.model, self.trainer.datamodule)
         if stage != "fit" or not self.hparams["standardize_targets"] or self.task != "regression":
             return
         stats = getattr(self.trainer.datamodule, "target_statistics", None)
@@ -210,3 +212,19 @@ class GraphormerModule(LightningModule):
         scheduler = LambdaLR(optimizer, factor)
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _refuse_size_grouped_batch_norm(model: nn.Module, datamodule: Any) -> None:
+    """Raises when a model with batch statistics would train on size-grouped batches.
+
+    A batch of molecules of one size has a mean that size explains: a BatchNorm over it (SepNorm's
+    graph token) removes exactly that in training and meets other statistics in evaluation.
+    """
+    if getattr(datamodule, "train_batches", "random") != "size_grouped":
+        return
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ValueError(
+            "train_batches='size_grouped' with a model that normalizes with batch statistics "
+            "(SepNorm's BatchNorm): each training batch would hold molecules of nearly one size "
+            "and the BatchNorm would subtract what size explains. Use --data.train_batches random "
+            "(the default), or a model without BatchNorm (--model.sepnorm false).")
