@@ -8,8 +8,8 @@ prints seconds per step and padded tokens per batch for each.
 
 Example (from the repository root)::
 
-    .venv/bin/python benchmarks/batch_order.py --smiles ../shared/data/ZINC/smiles/subset_test.csv \\
-        --limit 2048 --batch-size 128
+    .venv/bin/python benchmarks/batch_order.py \\
+        --smiles ../shared/data/ZINC/smiles/subset_test.csv --limit 2048 --batch-size 128
 """
 
 from __future__ import annotations

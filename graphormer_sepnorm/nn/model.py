@@ -47,7 +47,9 @@ class Graphormer(nn.Module):
         cls_norm: SepNorm's norm for the graph token. Default: ``'batch'``.
         tok_norm: SepNorm's norm for the atoms. Default: ``'layer'``.
         sepnorm_sites: where SepNorm replaces ShareNorm: any of ``'attn'`` (before attention),
-            ``'ffn'`` (before the feed-forward block), ``'final'``. Default: all three.
+            ``'ffn'`` (before the feed-forward block), ``'final'``. Default: all three. The
+            first layer's attention site normalizes the graph token with a LayerNorm instead of
+            ``cls_norm='batch'``: there it is the same vector in every graph.
         sync_batch_norm: under DDP, normalize the graph token with the statistics of the global
             batch (all processes), like ``SyncBatchNorm``. Default: true.
     """
@@ -79,8 +81,13 @@ class Graphormer(nn.Module):
         if unknown:
             raise ValueError(f"unknown sepnorm sites {sorted(unknown)}; use {NORM_SITES}")
 
-        def norm(site: NormSite) -> nn.Module:
-            return build_norm(hidden_dim, sepnorm and site in sepnorm_sites, cls_norm, tok_norm,
+        def norm(site: NormSite, first: bool = False) -> nn.Module:
+            # The graph token enters layer 0 as one learned vector, the same for every graph: a
+            # BatchNorm over copies of it has no variance to normalize (its running variance
+            # decays to 0 and evaluation divides the running mean's lag by sqrt(eps)), so there
+            # it gets a LayerNorm of its own.
+            cls = "layer" if first and cls_norm == "batch" else cls_norm
+            return build_norm(hidden_dim, sepnorm and site in sepnorm_sites, cls, tok_norm,
                               sync_batch_norm)
 
         self.atom_encoder = AtomEncoder(atom_feature_dims, hidden_dim)
@@ -90,9 +97,9 @@ class Graphormer(nn.Module):
                                             multi_hop_max_dist, edge_encoding)
         self.input_dropout = Dropout(dropout)
         self.layers = nn.ModuleList(
-            GraphormerLayer(hidden_dim, ffn_dim, num_heads, norm("attn"), norm("ffn"), dropout,
-                            attention_dropout, activation_dropout)
-            for _ in range(num_layers)
+            GraphormerLayer(hidden_dim, ffn_dim, num_heads, norm("attn", first=index == 0),
+                            norm("ffn"), dropout, attention_dropout, activation_dropout)
+            for index in range(num_layers)
         )
         self.final_norm = norm("final")
         self.head = nn.Linear(hidden_dim, num_tasks)

@@ -157,3 +157,25 @@ def test_graph_token_only_shortcut_equals_the_full_encoder(tok_norm):
         tokens, _ = model.encode(batch)
         torch.testing.assert_close(model.embed(batch), tokens[:, 0], atol=1e-5, rtol=1e-5)
     assert tokens.shape == (3, 10, 16)
+
+
+def test_no_graph_token_batch_norm_sees_copies_of_one_vector():
+    # Layer 0 receives the graph token as one learned vector, the same in every graph: a
+    # BatchNorm there would see zero variance, its running variance would decay to 0, and
+    # evaluation would divide the running mean's lag behind the moving parameter by sqrt(eps).
+    model = small_model(dropout=0.0).train()
+    seen = []
+
+    def record(module, args):
+        if isinstance(module.cls_norm, torch.nn.modules.batchnorm._BatchNorm):
+            seen.append(args[0][:, 0].var(0).min().item())
+
+    for module in model.modules():
+        if isinstance(module, SepNorm):
+            module.register_forward_pre_hook(record)
+    model(collate([random_graph(n, s, p=0.3) for s, n in enumerate([5, 9, 12, 7])]))
+    assert len(seen) == 3 * 2 - 1 + 1  # every SepNorm site but layer 0's attention norm
+    assert min(seen) > 1e-8
+    assert not isinstance(model.layers[0].attn_norm.cls_norm,
+                          torch.nn.modules.batchnorm._BatchNorm)
+    assert isinstance(model.layers[1].attn_norm.cls_norm, GraphTokenBatchNorm)
