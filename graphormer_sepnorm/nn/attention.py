@@ -91,6 +91,18 @@ class BiasedMultiheadAttention(nn.Module):
                              for part, part_bias in zip(groups.split(x), group_bias,
                                                         strict=True)])
 
+    def attend_packed(self, x: Tensor, groups: SizeGroups, group_bias: list[Tensor]) -> Tensor:
+        """Attention on packed size groups ``x`` ``[T, D]`` through the fused C kernel.
+
+        ``x`` holds group after group, each graph cut to its group's length ``L_g`` (``T`` the
+        sum of ``B_g * L_g``, see :meth:`SizeGroups.token_rows`); ``group_bias`` as in
+        :meth:`forward`. Returns ``[T, D]``.
+        """
+        p = self.dropout if self.training else 0.0
+        return attend_groups_fused(x[None], None, self.qkv.weight, self.qkv.bias,
+                                   self.out.weight.t(), self.out.bias, group_bias,
+                                   groups.counts, groups.lengths, self.num_heads, p)[0]
+
     def _head_minor_projections(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The torch path's weights: q/k/v and output rows reordered by head_minor_rows."""
         heads = self.num_heads

@@ -1,5 +1,8 @@
 """SepNorm's default pair (BatchNorm on the graph token, LayerNorm on the atoms) as one Function.
 
+It takes the tokens as rows ``[T, D]`` and the graph tokens' rows, so it serves the padded grid
+``[B, L, D]`` (rows ``0, L, 2L, ...``) and the CPU path's packed size groups alike.
+
 Composed from autograd operators, ``out = layer_norm(x); out[:, 0] = batch_norm(x[:, 0])`` costs
 three extra passes over the whole ``[B, L, D]`` gradient in backward: the in-place write clones
 it, and the select of position 0 scatters its gradient into a zero tensor that is then added to
@@ -20,63 +23,75 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 class _LayerNormBatchNormFirst(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: FunctionCtx, x: Tensor, ln_weight: Tensor, ln_bias: Tensor,
-                bn_weight: Tensor, bn_bias: Tensor, running_mean: Tensor, running_var: Tensor,
-                batch_stats: bool, momentum: float, ln_eps: float, bn_eps: float) -> Tensor:
+    def forward(ctx: FunctionCtx, x: Tensor, first_rows: Tensor, ln_weight: Tensor,
+                ln_bias: Tensor, bn_weight: Tensor, bn_bias: Tensor, running_mean: Tensor,
+                running_var: Tensor, batch_stats: bool, momentum: float, ln_eps: float,
+                bn_eps: float) -> Tensor:
         dim = x.shape[-1]
         out, mean, rstd = torch.native_layer_norm(x, (dim,), ln_weight, ln_bias, ln_eps)
-        # BatchNorm's CPU kernels take 2-3x longer on the strided rows of position 0 than on
-        # a contiguous copy of them (a few KB). Updates the running statistics in place when
-        # batch_stats, as BatchNorm1d does.
-        x_first = x[:, 0].contiguous()
+        # BatchNorm's CPU kernels take 2-3x longer on strided rows than on a contiguous copy
+        # of them (a few KB). Updates the running statistics in place when batch_stats, as
+        # BatchNorm1d does.
+        x_first = x.index_select(0, first_rows)
         first, save_mean, save_invstd = torch.native_batch_norm(
             x_first, bn_weight, bn_bias, running_mean, running_var, batch_stats, momentum, bn_eps)
-        out[:, 0] = first
-        ctx.save_for_backward(x, x_first, mean, rstd, ln_weight, ln_bias, bn_weight, running_mean,
-                              running_var, save_mean, save_invstd)
+        out.index_copy_(0, first_rows, first)
+        ctx.save_for_backward(x, first_rows, x_first, mean, rstd, ln_weight, ln_bias, bn_weight,
+                              running_mean, running_var, save_mean, save_invstd)
         ctx.batch_stats, ctx.bn_eps = batch_stats, bn_eps  # type: ignore[attr-defined]
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        x, x_first, mean, rstd, ln_weight, ln_bias, bn_weight, running_mean, running_var, \
-            save_mean, save_invstd = ctx.saved_tensors  # type: ignore[attr-defined]
+        x, rows, x_first, mean, rstd, ln_weight, ln_bias, bn_weight, running_mean, \
+            running_var, save_mean, save_invstd = ctx.saved_tensors  # type: ignore[attr-defined]
         need = ctx.needs_input_grad  # type: ignore[attr-defined]
         grad = grad.contiguous()
-        grad_first = grad[:, 0].contiguous()
-        if x.shape[1] == 1:
+        grad_first = grad.index_select(0, rows)
+        if len(rows) == x.shape[0]:
             # Only graph tokens (the last layer's FFN norm, the final norm): LayerNorm's output is
             # all replaced. Its gradients are exact zeros, not a difference of equal sums: AdamW
             # would turn rounding noise into steps of the learning rate.
             grad_x = torch.zeros_like(x)
-            grad_ln_weight = torch.zeros_like(ln_weight) if need[1] else None
-            grad_ln_bias = torch.zeros_like(ln_bias) if need[2] else None
+            grad_ln_weight = torch.zeros_like(ln_weight) if need[2] else None
+            grad_ln_bias = torch.zeros_like(ln_bias) if need[3] else None
         else:
             grad_x, grad_ln_weight, grad_ln_bias = torch.ops.aten.native_layer_norm_backward(
-                grad, x, (x.shape[-1],), mean, rstd, ln_weight, ln_bias, [True, need[1], need[2]])
-            if grad_ln_weight is not None:  # row 0 is not LayerNorm's output: drop its share
-                normalized_first = (x_first - mean[:, 0]) * rstd[:, 0]
+                grad, x, (x.shape[-1],), mean, rstd, ln_weight, ln_bias, [True, need[2], need[3]])
+            if grad_ln_weight is not None:  # the first rows are not LayerNorm's output
+                normalized_first = (x_first - mean[rows]) * rstd[rows]
                 grad_ln_weight -= (grad_first * normalized_first).sum(0)
             if grad_ln_bias is not None:
                 grad_ln_bias -= grad_first.sum(0)
-        grad_x[:, 0], grad_bn_weight, grad_bn_bias = torch.ops.aten.native_batch_norm_backward(
+        grad_bn_x, grad_bn_weight, grad_bn_bias = torch.ops.aten.native_batch_norm_backward(
             grad_first, x_first, bn_weight, running_mean, running_var, save_mean, save_invstd,
-            ctx.batch_stats, ctx.bn_eps, [True, need[3], need[4]])  # type: ignore[attr-defined]
-        return (grad_x if need[0] else None, grad_ln_weight, grad_ln_bias, grad_bn_weight,
+            ctx.batch_stats, ctx.bn_eps, [True, need[4], need[5]])  # type: ignore[attr-defined]
+        grad_x.index_copy_(0, rows, grad_bn_x)
+        return (grad_x if need[0] else None, None, grad_ln_weight, grad_ln_bias, grad_bn_weight,
                 grad_bn_bias, None, None, None, None, None, None)
 
 
-def layer_norm_batch_norm_first(x: Tensor, layer_norm: nn.LayerNorm,
-                                batch_norm: nn.BatchNorm1d, batch_stats: bool) -> Tensor:
-    """``layer_norm`` on every position of ``x`` ``[B, L, D]``, then ``batch_norm`` on position 0.
+def layer_norm_batch_norm_rows(x: Tensor, first_rows: Tensor, layer_norm: nn.LayerNorm,
+                               batch_norm: nn.BatchNorm1d, batch_stats: bool) -> Tensor:
+    """``layer_norm`` on every row of ``x`` ``[T, D]``, then ``batch_norm`` on ``first_rows``.
 
-    ``batch_stats``: normalize position 0 with the statistics of the batch and update the running
-    ones (training), or with the running ones (evaluation, or a training batch of one graph).
+    ``first_rows`` ``[B]``: the graph tokens' rows (distinct). ``batch_stats``: normalize them
+    with the statistics of the batch and update the running ones (training), or with the
+    running ones (evaluation, or a training batch of one graph).
     """
     if batch_stats:
         batch_norm.num_batches_tracked.add_(1)
     return _LayerNormBatchNormFirst.apply(
-        x, layer_norm.weight, layer_norm.bias, batch_norm.weight, batch_norm.bias,
+        x, first_rows, layer_norm.weight, layer_norm.bias, batch_norm.weight, batch_norm.bias,
         batch_norm.running_mean, batch_norm.running_var, batch_stats, batch_norm.momentum,
         layer_norm.eps, batch_norm.eps)
+
+
+def layer_norm_batch_norm_first(x: Tensor, layer_norm: nn.LayerNorm,
+                                batch_norm: nn.BatchNorm1d, batch_stats: bool) -> Tensor:
+    """:func:`layer_norm_batch_norm_rows` for ``x`` ``[B, L, D]`` with position 0 as the rows."""
+    b, length, dim = x.shape
+    rows = torch.arange(0, b * length, length, device=x.device)
+    return layer_norm_batch_norm_rows(x.reshape(b * length, dim), rows, layer_norm, batch_norm,
+                                      batch_stats).view(b, length, dim)

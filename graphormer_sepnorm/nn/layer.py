@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
@@ -59,3 +60,25 @@ class GraphormerLayer(nn.Module):
         x = self.dropout(attended, residual=x)
         x = self.dropout(self.ffn(self.ffn_norm(x, node_mask)), residual=x)
         return x, weights
+
+    def forward_packed(self, x: Tensor, graph_rows: Tensor, groups: SizeGroups,
+                       group_bias: list[Tensor], graph_token_only: bool = False
+                       ) -> tuple[Tensor, Tensor]:
+        """The layer on packed size groups: tokens as rows ``x`` ``[T, D]``.
+
+        ``graph_rows`` ``[B]``: the graph tokens' rows. Every token-wise part runs on the
+        ``T`` rows only, not on the ``B * L`` of the padded grid (random batches of MolHIV
+        molecules are about two thirds padding there). With ``graph_token_only`` the output is
+        the graph tokens' rows ``[B, D]`` (the rows are then ``0..B-1``).
+
+        Returns:
+            The updated rows and the graph tokens' rows in them.
+        """
+        attended = self.attention.attend_packed(self.attn_norm.normalize_rows(x, graph_rows),
+                                                groups, group_bias)
+        if graph_token_only:
+            x, attended = x.index_select(0, graph_rows), attended.index_select(0, graph_rows)
+            graph_rows = torch.arange(len(graph_rows), device=x.device)
+        x = self.dropout(attended, residual=x)
+        x = self.dropout(self.ffn(self.ffn_norm.normalize_rows(x, graph_rows)), residual=x)
+        return x, graph_rows

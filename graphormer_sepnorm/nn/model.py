@@ -15,7 +15,7 @@ from graphormer_sepnorm.nn.group_bias import group_biases
 from graphormer_sepnorm.nn.layer import GraphormerLayer
 from graphormer_sepnorm.nn.native import fused_attention
 from graphormer_sepnorm.nn.node_encoders import AtomEncoder, DegreeEncoder
-from graphormer_sepnorm.nn.sepnorm import NormKind, NormSite, build_norm
+from graphormer_sepnorm.nn.sepnorm import NormKind, NormSite, SepNorm, ShareNorm, build_norm
 from graphormer_sepnorm.nn.size_groups import SizeGroups
 
 NORM_SITES: tuple[NormSite, ...] = ("attn", "ffn", "final")
@@ -147,6 +147,8 @@ class Graphormer(nn.Module):
             if fused_attention.usable(x, x.shape[-1] // heads):
                 groups = replace(groups, fused=True, rows=groups.token_rows(x.device))
             bias, group_bias = self._grouped_bias(batch, groups, node_mask, inverse, x.dtype)
+            if groups.fused and self._norms_take_rows():
+                return self._encode_packed(x, groups, group_bias, inverse, graph_token_only), []
         else:
             bias = self.attention_bias(batch).to(x.dtype)
         for index, layer in enumerate(self.layers):
@@ -157,6 +159,36 @@ class Graphormer(nn.Module):
                 weights.append(w)
         x = self.final_norm(x, node_mask[:, : x.shape[1] - 1])
         return (x if inverse is None else x.index_select(0, inverse)), weights
+
+    def _encode_packed(self, x: Tensor, groups: SizeGroups, group_bias: list[Tensor],
+                       inverse: Tensor | None, graph_token_only: bool) -> Tensor:
+        """The layers on the packed size groups' tokens ``[T, D]`` (CPU, fused attention).
+
+        Each graph keeps only its group's length ``L_g`` of the padded grid's ``L`` positions,
+        so the norms, projections, FFN and dropouts run on ``T = sum B_g * L_g`` rows instead
+        of ``B * L``: the price of uniform random batches, whose largest molecule sets ``L``,
+        stays small. Same result as the padded grid up to float rounding (and dropout draws).
+        """
+        b, length, dim = x.shape
+        rows = groups.rows if groups.rows is not None else torch.arange(b * length)
+        tokens = x.reshape(b * length, dim).index_select(0, rows)
+        graph_rows = (rows % length == 0).nonzero().squeeze(1)
+        for index, layer in enumerate(self.layers):
+            last = graph_token_only and index == len(self.layers) - 1
+            tokens, graph_rows = layer.forward_packed(tokens, graph_rows, groups, group_bias,
+                                                      graph_token_only=last)
+        tokens = self.final_norm.normalize_rows(tokens, graph_rows)
+        if graph_token_only:
+            out = tokens.index_select(0, graph_rows)[:, None]
+        else:
+            out = tokens.new_zeros(b * length, dim).index_copy(0, rows, tokens)
+            out = out.view(b, length, dim)
+        return out if inverse is None else out.index_select(0, inverse)
+
+    def _norms_take_rows(self) -> bool:
+        """Whether every norm works on token rows (per-token LayerNorm for the atoms)."""
+        return all(isinstance(m, ShareNorm) or type(getattr(m, "tok_norm", None)) is nn.LayerNorm
+                   for m in self.modules() if isinstance(m, (SepNorm, ShareNorm)))
 
     def _grouped_bias(self, batch: GraphormerBatch, groups: SizeGroups, node_mask: Tensor,
                       inverse: Tensor | None, dtype: torch.dtype) -> tuple[Tensor, list[Tensor]]:

@@ -15,7 +15,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.distributed import global_batch_moments, is_distributed
-from graphormer_sepnorm.nn.fused_sepnorm import layer_norm_batch_norm_first
+from graphormer_sepnorm.nn.fused_sepnorm import (
+    layer_norm_batch_norm_first,
+    layer_norm_batch_norm_rows,
+)
 
 NormKind = Literal["batch", "layer", "none"]
 NormSite = Literal["attn", "ffn", "final"]
@@ -167,6 +170,22 @@ class SepNorm(nn.Module):
         out[:, 0] = self.cls_norm(x[:, 0])
         return out
 
+    def normalize_rows(self, x: Tensor, graph_rows: Tensor) -> Tensor:
+        """Normalizes tokens as rows ``x`` ``[T, D]``; ``graph_rows`` ``[B]`` are graph tokens.
+
+        The CPU path's packed size groups (see :meth:`Graphormer.encode`); needs a per-token
+        ``tok_norm`` (``'layer'``): padding rows are normalized too and read by nothing.
+        """
+        if self._fusable(x):
+            cls_norm = self.cls_norm
+            return layer_norm_batch_norm_rows(  # type: ignore[arg-type]
+                x, graph_rows, self.tok_norm, cls_norm,
+                cls_norm.uses_batch_statistics(len(graph_rows)))
+        if not isinstance(self.tok_norm, nn.LayerNorm):
+            raise ValueError("normalize_rows needs tok_norm='layer'")
+        return self.tok_norm(x).index_copy(0, graph_rows,
+                                           self.cls_norm(x.index_select(0, graph_rows)))
+
     def _fusable(self, x: Tensor) -> bool:
         """Whether the default pair can run as one Function (see :mod:`.fused_sepnorm`)."""
         cls_norm = self.cls_norm
@@ -182,6 +201,10 @@ class ShareNorm(nn.LayerNorm):
 
     def forward(self, x: Tensor, node_mask: Tensor | None = None) -> Tensor:  # type: ignore[override]
         """Normalizes every position of ``x``; ``node_mask`` is accepted and unused."""
+        return super().forward(x)
+
+    def normalize_rows(self, x: Tensor, graph_rows: Tensor) -> Tensor:
+        """Normalizes tokens as rows ``x`` ``[T, D]`` (``graph_rows`` is unused)."""
         return super().forward(x)
 
 

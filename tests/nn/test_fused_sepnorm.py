@@ -60,12 +60,14 @@ def test_fused_pair_gradcheck(batch_stats):
     gen = torch.Generator().manual_seed(0)
     x, ln_w, ln_b, bn_w, bn_b = (
         torch.randn(shape, dtype=torch.float64, generator=gen, requires_grad=True)
-        for shape in ((3, 4, 5), (5,), (5,), (5,), (5,)))
+        for shape in ((12, 5), (5,), (5,), (5,), (5,)))
+    rows = torch.tensor([0, 4, 9])  # three graph tokens among twelve token rows
     running_var = torch.rand(5, dtype=torch.float64, generator=gen) + 0.5
 
-    def fn(*inputs: torch.Tensor) -> torch.Tensor:
+    def fn(x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
         # fresh running statistics each call: batch_stats updates them in place
-        return _LayerNormBatchNormFirst.apply(*inputs, torch.zeros(5, dtype=torch.float64),
+        return _LayerNormBatchNormFirst.apply(x, rows, *weights,
+                                              torch.zeros(5, dtype=torch.float64),
                                               running_var.clone(), batch_stats, 0.1, 1e-5, 1e-5)
 
     assert torch.autograd.gradcheck(fn, (x, ln_w, ln_b, bn_w, bn_b))

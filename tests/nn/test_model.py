@@ -164,18 +164,52 @@ def test_no_graph_token_batch_norm_sees_copies_of_one_vector():
     # BatchNorm there would see zero variance, its running variance would decay to 0, and
     # evaluation would divide the running mean's lag behind the moving parameter by sqrt(eps).
     model = small_model(dropout=0.0).train()
-    seen = []
-
-    def record(module, args):
-        if isinstance(module.cls_norm, torch.nn.modules.batchnorm._BatchNorm):
-            seen.append(args[0][:, 0].var(0).min().item())
-
-    for module in model.modules():
-        if isinstance(module, SepNorm):
-            module.register_forward_pre_hook(record)
     model(collate([random_graph(n, s, p=0.3) for s, n in enumerate([5, 9, 12, 7])]))
-    assert len(seen) == 3 * 2 - 1 + 1  # every SepNorm site but layer 0's attention norm
-    assert min(seen) > 1e-8
-    assert not isinstance(model.layers[0].attn_norm.cls_norm,
-                          torch.nn.modules.batchnorm._BatchNorm)
-    assert isinstance(model.layers[1].attn_norm.cls_norm, GraphTokenBatchNorm)
+    norms = {name: m for name, m in model.named_modules() if isinstance(m, GraphTokenBatchNorm)}
+    assert len(norms) == 3 * 2 - 1 + 1  # every SepNorm site but layer 0's attention norm
+    assert "layers.0.attn_norm.cls_norm" not in norms
+    for name, norm in norms.items():
+        # one update from 1 with momentum 0.1: 0.9 + 0.1 * the batch's (unbiased) variance
+        batch_variance = (norm.running_var - 0.9) / 0.1
+        assert batch_variance.min() > 1e-8, name
+
+
+@pytest.mark.parametrize("sepnorm", [True, False])
+def test_packed_size_groups_match_the_padded_grid(sepnorm, monkeypatch):
+    # CPU training on packed size groups (token-wise layers on each group's own length) gives
+    # the padded grid's outputs, gradients and BatchNorm statistics.
+    import copy
+
+    from graphormer_sepnorm.nn.native import fused_attention
+
+    if not fused_attention.usable(torch.zeros(1, 1, 16), 4):
+        pytest.skip("the fused C attention kernel is not available here")
+    graphs = [random_graph(n, s, p=0.3) for s, n in enumerate([3, 40, 5, 22, 8, 31, 4, 12, 1])]
+    batch = collate(graphs)
+    model = small_model(sepnorm=sepnorm, dropout=0.0, attention_dropout=0.0,
+                        activation_dropout=0.0).train()
+    padded = copy.deepcopy(model)
+    packed_calls = []
+    original = Graphormer._encode_packed
+    monkeypatch.setattr(Graphormer, "_encode_packed",
+                        lambda *a, **k: packed_calls.append(1) or original(*a, **k))
+    results = []
+    for candidate in (model, padded):
+        if candidate is padded:
+            monkeypatch.setattr(Graphormer, "_norms_take_rows", lambda self: False)
+        out = candidate(batch)
+        out.pow(2).sum().backward()
+        tokens = candidate.encode(batch)[0]
+        grads = {n: p.grad for n, p in candidate.named_parameters()}
+        stats = {n: b.clone() for n, b in candidate.named_buffers() if "running" in n}
+        results.append((out, tokens, grads, stats))
+    assert len(packed_calls) == 2  # predictions and all tokens went through the packed path
+    (out, tokens, grads, stats), (out2, tokens2, grads2, stats2) = results
+    torch.testing.assert_close(out, out2, atol=1e-5, rtol=1e-4)
+    real = torch.cat([torch.ones(len(batch.node_mask), 1, dtype=torch.bool), batch.node_mask], 1)
+    torch.testing.assert_close(tokens[real], tokens2[real], atol=1e-5, rtol=1e-4)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, grads2[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert stats.keys() == stats2.keys() and (len(stats) > 0) == sepnorm
+    for name, value in stats.items():
+        torch.testing.assert_close(value, stats2[name], atol=1e-5, rtol=1e-4, msg=name)
