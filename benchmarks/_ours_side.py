@@ -60,7 +60,7 @@ def infer_step(model: torch.nn.Module, batch: Any) -> None:
 
 
 class OursSide:
-    """Our Graphormer (default SepNorm) with size-grouped batches.
+    """Our Graphormer (default SepNorm) with uniform random batches, as training draws them.
 
     Args:
         atom_feature_dims: ogb's ``get_atom_feature_dims()``.
@@ -80,7 +80,7 @@ class OursSide:
         self.collator = GraphormerCollator(multi_hop_max_dist=20)
         self.data: list[Data] = []
         self.sizes: list[int] = []
-        self.grouped = True  # size-grouped batches (what we ship) or plain dataset order
+        self.grouped = True  # shuffled random batches (what training uses) or plain dataset order
 
     def prepare(self, graphs: list[Graph]) -> dict[str, float]:
         """Data objects, shortest paths of all graphs in one call, collate of every batch."""
@@ -97,7 +97,7 @@ class OursSide:
                 "collate": end - paths, "total": end - start}
 
     def batches(self, epoch: int) -> list[list[int]]:
-        """Size-grouped, shuffled batches of epoch ``epoch`` (or dataset order)."""
+        """Uniform random batches of epoch ``epoch``, as training draws them (or dataset order)."""
         if not self.grouped:
             return chunks(len(self.data), self.batch_size)
         sampler = SizeGroupedBatchSampler(self.sizes, self.batch_size, shuffle=True,
@@ -171,7 +171,7 @@ def main() -> None:
     probes = (MatmulProbe(side.padded_tokens), MatmulProbe(side.padded_tokens))
     result, train, infer = measure(side, workload["graphs"], args, probes)
     result["flops"] = flops_report(side, train, infer, probes)
-    side.grouped = False  # what size grouping buys: the same loops in dataset order
+    side.grouped = False  # the same loops in dataset order (consecutive molecules)
     result["train_dataset_order"] = loop_summary(
         run_loop(side, 1, args.warmup, side.train_step))
     result["infer_dataset_order"] = loop_summary(run_loop(side, 1, 1, side.infer_step))
