@@ -3,9 +3,11 @@
 A batch is padded to its largest graph, and attention costs ``B * H * L^2``: one 90-atom molecule
 among 63 of 20-45 atoms makes every graph pay for 91 x 91 scores, five times the real work.
 Attention is the only part of a layer that mixes positions, and it mixes them only within a
-graph, so it can run on groups of graphs, each cut to its own length, while the norms, the FFN
-and everything else stay on the padded ``[B, L, D]`` grid. The result is the same up to float
-rounding: the keys cut away are padding, masked to ``-inf`` anyway.
+graph, so it can run on groups of graphs, each cut to its own length. With the fused C kernel
+the whole layer runs on the groups' tokens packed as rows (``sum B_g * L_g`` of them, see
+``Graphormer._encode_packed``); otherwise the norms, the FFN and everything else stay on the
+padded ``[B, L, D]`` grid. The result is the same up to float rounding: the keys cut away are
+padding, masked to ``-inf`` anyway.
 
 The groups are chosen once per batch by a small dynamic program over the sorted graph sizes that
 trades the score elements saved against a fixed cost per group.
