@@ -169,8 +169,9 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
                 bar.update(len(result.errors))
         except BaseException as e:
             if not isinstance(e, StrictError):
-                e.add_note(f"stopped after row {summary.rows} of {source}; "
-                           f"no output written ({output} left as it was)")
+                note = (f"stopped after row {summary.rows} of {source}; "
+                        f"no output written ({output} left as it was)")
+                e.__notes__ = [*getattr(e, "__notes__", []), note]  # add_note, Python 3.10 too
             raise
     summary.seconds = time.perf_counter() - started
     return summary
