@@ -73,6 +73,21 @@ def test_no_test_split_and_opting_out(tmp_path, capsys):
     assert "fit finished" in out and "  test" not in out and "test/" not in out
 
 
+def test_testing_an_earlier_best_leaves_fit_state_alone(tmp_path, capsys):
+    """Testing restores callback state from the checkpoint; the summary and fit's CLI object
+    still show fit's own: last.ckpt, the best checkpoint, the validation metrics."""
+    csv = own_csv(tmp_path / "my.csv", 40)
+    # learning nothing and no BatchNorm statistics: later epochs tie, the first stays best
+    fit = main(fit_args(tmp_path, csv, "--trainer.max_epochs", "2", "--model.lr", "1e-30",
+                        "--model.sepnorm", "false", "--model.dropout", "0"))
+    out = capsys.readouterr().out
+    callback = fit.trainer.checkpoint_callback
+    assert Path(callback.best_model_path).name == "best-epoch=0-step=2.ckpt"
+    assert "last checkpoint: " in out and Path(callback.last_model_path).name == "last.ckpt"
+    assert "test of the best checkpoint: test/mae" in out
+    assert "val/mae" in fit.trainer.callback_metrics
+
+
 def test_ctrl_c_still_prints_the_summary(tmp_path, capsys, monkeypatch):
     def interrupt(self):
         if self.current_epoch == 1:
@@ -90,3 +105,4 @@ def test_ctrl_c_still_prints_the_summary(tmp_path, capsys, monkeypatch):
     assert "fit interrupted after 1 epoch(s)" in out
     assert "best checkpoint: " in out and "best-epoch=0" in out
     assert "test: not run (interrupted)" in out
+

@@ -83,6 +83,12 @@ def _how_it_ended(trainer: Trainer, interrupted: bool) -> str:
     return "finished"
 
 
+def _run_folder(trainer: Trainer) -> str:
+    # not Trainer.log_dir: it broadcasts, and the summary is made on process 0 alone
+    folder = getattr(trainer.logger, "log_dir", None) if trainer.logger is not None else None
+    return str(folder or trainer.default_root_dir)
+
+
 def _checkpoint_lines(trainer: Trainer) -> list[str]:
     callback = trainer.checkpoint_callback
     best = getattr(callback, "best_model_path", "") or ""
@@ -103,7 +109,7 @@ def _checkpoint_lines(trainer: Trainer) -> list[str]:
 
 def fit_summary(trainer: Trainer, seconds: float, interrupted: bool = False,
                 test: Mapping[str, Any] | str | None = None) -> str:
-    """The block printed when ``fit`` ends.
+    """The block printed when ``fit`` ends (on process 0 alone: no collective calls here).
 
     Args:
         trainer: The trainer after ``fit``.
@@ -113,7 +119,7 @@ def fit_summary(trainer: Trainer, seconds: float, interrupted: bool = False,
     """
     lines = [f"fit {_how_it_ended(trainer, interrupted)} after {trainer.current_epoch} "
              f"epoch(s), {trainer.global_step} step(s), wall time {_duration(seconds)}",
-             f"  run folder: {trainer.log_dir or trainer.default_root_dir}"]
+             f"  run folder: {_run_folder(trainer)}"]
     lines += _checkpoint_lines(trainer)
     if isinstance(test, str):
         lines.append(f"  test: {test}")
@@ -126,7 +132,7 @@ def run_test_of_best(trainer: Trainer, model: LightningModule,
                      datamodule: Any) -> dict[str, Any] | str:
     """Tests the best checkpoint when the data has a test split; else says why not.
 
-    The model keeps fit's final weights and the trainer fit's ``callback_metrics``.
+    The model keeps fit's final weights, the trainer fit's ``callback_metrics`` and callbacks.
     """
     splits = getattr(datamodule, "splits", None) or {}
     if not splits.get("test"):
@@ -134,15 +140,20 @@ def run_test_of_best(trainer: Trainer, model: LightningModule,
     best = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
     if not best:
         return "no best checkpoint to test"
-    # what fit left (its weights and metrics) stays as it was for callers of the CLI object
+    # What fit left stays as it was: the weights, the metrics, and the callbacks' state, which
+    # testing a checkpoint restores from it (ModelCheckpoint's last_model_path, best score...).
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     metrics = dict(trainer.callback_metrics)
+    states = [(c, dict(vars(c))) for c in trainer.callbacks]
     try:
         results = trainer.test(model, datamodule=datamodule, ckpt_path=best, verbose=False)
     finally:
         model.load_state_dict(weights)
         trainer.callback_metrics.clear()
         trainer.callback_metrics.update(metrics)
+        for callback, state in states:
+            vars(callback).clear()
+            vars(callback).update(state)
     return dict(results[0]) if results else "no test metrics"
 
 
