@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerStatus
 
 from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm.training.from_checkpoint import missing_data_file, with_checkpoint_data
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.report import (
     FitLog,
@@ -59,9 +61,13 @@ class GraphormerCLI(LightningCLI):
                                       test))
 
     def before_instantiate_classes(self) -> None:
-        """Resolves ``--ckpt_path last`` across the logger's runs (see :func:`resolve_last`)."""
+        """Resolves ``--ckpt_path last`` (see :func:`resolve_last`); checks the data file."""
         if self.subcommand is not None:
             resolve_last(self.config[self.subcommand], self.subcommand)
+            error = missing_data_file(self.config[self.subcommand])
+            if error is not None:
+                print(f"graphormer-sepnorm {self.subcommand}: error: {error}", file=sys.stderr)
+                raise SystemExit(2)
 
 
 def resolve_last(config: Namespace, subcommand: str) -> None:
@@ -96,8 +102,18 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
     Examples:
         ``graphormer-sepnorm fit --config configs/molhiv.yaml``
 
-        ``graphormer-sepnorm test --config configs/molhiv.yaml --ckpt_path CKPT``
+        ``graphormer-sepnorm test --ckpt_path CKPT`` (the data settings come from the
+        checkpoint; any can be overridden: ``--data.path other.csv``)
     """
+    given = args
+    args = with_checkpoint_data(sys.argv[1:] if args is None else list(args))
+    with warnings.catch_warnings():
+        if given is None:  # the command line, completed from the checkpoint, is passed as args
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        return _cli(args)
+
+
+def _cli(args: list[str]) -> GraphormerCLI:
     return GraphormerCLI(
         GraphormerModule,
         GraphDataModule,

@@ -106,3 +106,31 @@ def test_ctrl_c_still_prints_the_summary(tmp_path, capsys, monkeypatch):
     assert "best checkpoint: " in out and "best-epoch=0" in out
     assert "test: not run (interrupted)" in out
 
+
+def test_test_and_validate_from_the_checkpoint_alone(tmp_path, capsys, monkeypatch):
+    csv = own_csv(tmp_path / "my.csv", 60)
+    fit = main(fit_args(tmp_path, csv, "--trainer.max_epochs", "2"))
+    best = fit.trainer.checkpoint_callback.best_model_path
+    summary = capsys.readouterr().out
+    monkeypatch.chdir(tmp_path)  # elsewhere, no config: Lightning's own logs go here
+    test = main(["test", "--ckpt_path", best])
+    out = capsys.readouterr().out
+    metrics = test.trainer.callback_metrics
+    assert "test/mae" in out and "test/rmse" in out and "test/r2" in out
+    assert f"test/rmse {float(metrics['test/rmse']):.4g}" in summary  # the same checkpoint
+    assert test.datamodule.path == str(csv) and test.datamodule.split == "column"
+    assert test.model.hparams["num_layers"] == 2 and test.datamodule.multi_hop_max_dist == 5
+    val = main(["validate", "--ckpt_path", best, "--data.eval_batch_size", "7"])
+    assert float(val.trainer.callback_metrics["val/mae"]) == pytest.approx(
+        float(fit.trainer.checkpoint_callback.best_model_score), abs=1e-6)
+    assert val.datamodule.eval_batch_size == 7  # options still override the checkpoint's
+
+    moved = csv.rename(tmp_path / "moved.csv")
+    with pytest.raises(SystemExit) as info:
+        main(["test", "--ckpt_path", best])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"data file not found: {csv}" in err and "--data.path" in err
+    again = main(["test", "--ckpt_path", best, "--data.path", str(moved)])
+    assert float(again.trainer.callback_metrics["test/rmse"]) == pytest.approx(
+        float(metrics["test/rmse"]), abs=1e-6)
