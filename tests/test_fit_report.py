@@ -134,3 +134,17 @@ def test_test_and_validate_from_the_checkpoint_alone(tmp_path, capsys, monkeypat
     again = main(["test", "--ckpt_path", best, "--data.path", str(moved)])
     assert float(again.trainer.callback_metrics["test/rmse"]) == pytest.approx(
         float(metrics["test/rmse"]), abs=1e-6)
+
+
+def test_predict_new_molecules_with_the_fitted_checkpoint(tmp_path, capsys):
+    from graphormer_sepnorm.predict import main as predict_main
+
+    fit = main(fit_args(tmp_path, own_csv(tmp_path / "my.csv", 40), "--trainer.max_epochs", "1",
+                        "--test_best", "false"))
+    best = fit.trainer.checkpoint_callback.best_model_path
+    bad, out = tmp_path / "bad.csv", tmp_path / "out.csv"
+    bad.write_text("smiles\nCCO\nnot_a_smiles\nCCC\n")
+    assert predict_main([str(bad), "--strict", "-o", str(out), "--checkpoint", best]) == 1
+    assert "row 2" in capsys.readouterr().err and not out.exists()
+    assert predict_main([str(bad), "-o", str(out), "--checkpoint", best]) == 0
+    assert out.read_text().splitlines()[0] == "smiles,logS,error"
