@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import sys
+import time
+import warnings
 from pathlib import Path
+from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.trainer.states import TrainerStatus
 
 from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm.training.from_checkpoint import missing_data_file, with_checkpoint_data
 from graphormer_sepnorm.training.module import GraphormerModule
+from graphormer_sepnorm.training.report import (
+    FitLog,
+    fit_summary,
+    print_summary,
+    run_test_of_best,
+)
 from graphormer_sepnorm.training.resume import StepSeeding, find_last_checkpoint
 
 
@@ -16,18 +28,46 @@ class GraphormerCLI(LightningCLI):
     """Links what the model must agree on with the data.
 
     ``model.dataset_info`` (task, targets, feature dims, featurizer) comes from the datamodule,
-    and the datamodule's collator keeps as many hops as the model's edge encoder uses.
+    and the datamodule's collator keeps as many hops as the model's edge encoder uses. ``fit``
+    ends with a summary (:func:`~graphormer_sepnorm.training.report.fit_summary`), with the best
+    checkpoint's test metrics unless ``--test_best false``.
     """
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Adds the links between model and data."""
+        """Adds the links between model and data, and ``--test_best``."""
         parser.link_arguments("data.dataset_info", "model.dataset_info", apply_on="instantiate")
         parser.link_arguments("model.multi_hop_max_dist", "data.init_args.multi_hop_max_dist")
+        parser.add_argument("--test_best", type=bool, default=True,
+                            help="fit only: after fitting, test the best checkpoint when the "
+                                 "data has a test split, and print its metrics in the summary")
+
+    def fit(self, **kwargs: Any) -> None:
+        """``Trainer.fit``, then the summary block (also after Ctrl-C, without the test)."""
+        started = time.perf_counter()
+        try:
+            self.trainer.fit(**kwargs)
+        except (SystemExit, KeyboardInterrupt):  # Lightning exits after Ctrl-C
+            if self.trainer.state.status == TrainerStatus.INTERRUPTED:
+                self._summary(started, interrupted=True, test="not run (interrupted)")
+            raise
+        test = None
+        if self.config[self.subcommand].get("test_best") and not self.trainer.fast_dev_run:
+            test = run_test_of_best(self.trainer, self.model, self.datamodule)
+        self._summary(started, interrupted=False, test=test)
+
+    def _summary(self, started: float, interrupted: bool, test: Any) -> None:
+        if self.trainer.is_global_zero:
+            print_summary(fit_summary(self.trainer, time.perf_counter() - started, interrupted,
+                                      test))
 
     def before_instantiate_classes(self) -> None:
-        """Resolves ``--ckpt_path last`` across the logger's runs (see :func:`resolve_last`)."""
+        """Resolves ``--ckpt_path last`` (see :func:`resolve_last`); checks the data file."""
         if self.subcommand is not None:
             resolve_last(self.config[self.subcommand], self.subcommand)
+            error = missing_data_file(self.config[self.subcommand])
+            if error is not None:
+                print(f"graphormer-sepnorm {self.subcommand}: error: {error}", file=sys.stderr)
+                raise SystemExit(2)
 
 
 def resolve_last(config: Namespace, subcommand: str) -> None:
@@ -62,8 +102,18 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
     Examples:
         ``graphormer-sepnorm fit --config configs/molhiv.yaml``
 
-        ``graphormer-sepnorm test --config configs/molhiv.yaml --ckpt_path CKPT``
+        ``graphormer-sepnorm test --ckpt_path CKPT`` (the data settings come from the
+        checkpoint; any can be overridden: ``--data.path other.csv``)
     """
+    given = args
+    args = with_checkpoint_data(sys.argv[1:] if args is None else list(args))
+    with warnings.catch_warnings():
+        if given is None:  # the command line, completed from the checkpoint, is passed as args
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        return _cli(args)
+
+
+def _cli(args: list[str]) -> GraphormerCLI:
     return GraphormerCLI(
         GraphormerModule,
         GraphDataModule,
@@ -71,8 +121,11 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
         args=args,
         # Our datamodules shard size-grouped batches across DDP processes themselves; dropout is
         # seeded by the step count, so that resumed runs continue exactly.
+        # Without a terminal (CI, SLURM, a log file) no carriage-return progress bar: FitLog
+        # prints one line per epoch instead.
         trainer_defaults={"use_distributed_sampler": False,
-                          "callbacks": [StepSeeding()]},
+                          "enable_progress_bar": sys.stdout.isatty(),
+                          "callbacks": [StepSeeding(), FitLog()]},
         save_config_kwargs={"overwrite": True},
     )
 

@@ -103,7 +103,9 @@ def worker(spec_path: Path) -> None:
 
     spec = json.loads(spec_path.read_text())
     start = time.perf_counter()
-    fit = cli_main(["fit", *spec["cli"], "--trainer.logger.init_args.version", "fit"])
+    # the test runs below, in its own logger version (and outside the timed fit)
+    fit = cli_main(["fit", *spec["cli"], "--trainer.logger.init_args.version", "fit",
+                    "--test_best", "false"])
     seconds = time.perf_counter() - start
     best = fit.trainer.checkpoint_callback
     if best is None or not best.best_model_path:

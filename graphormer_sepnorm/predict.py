@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--devices", default="auto", help="1, or [i] for device i (default: auto)")
     add("--overwrite", action="store_true", help="replace existing output files")
     add("--strict", action="store_true",
-        help="stop with a non-zero exit at the first row that cannot be predicted")
+        help="stop with a non-zero exit at the first row that cannot be predicted, "
+             "writing no output")
     add("--embeddings", type=Path, default=None, metavar="FILE.npy",
         help="also write graph-token embeddings [rows, D] (NaN rows where flagged)")
     add("--no-progress", action="store_true", help="no progress bar (off anyway if not a TTY)")
@@ -114,7 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the exit code (0 ok, 1 ``--strict`` stop, 2 unusable)."""
+    """Runs the command line; returns the exit code.
+
+    0 ok, 1 ``--strict`` stop, 2 unusable input or checkpoint, 130 Ctrl-C; after a non-zero
+    exit no output file was written.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.batch_size < 1:
@@ -128,6 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StrictError as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:
+        notes = "; ".join(getattr(e, "__notes__", []))
+        print(f"{parser.prog}: interrupted{': ' + notes if notes else ''}", file=sys.stderr)
+        return 130
     except (InputError, CheckpointError, ValueError) as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2

@@ -70,7 +70,7 @@ def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
 
     test = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path", str(best)])
     metrics = test.trainer.callback_metrics
-    assert set(metrics) >= {"test/roc_auc", "test/loss"}
+    assert set(metrics) >= {"test/roc_auc", "test/pr_auc", "test/loss"}
     assert 0.0 <= float(metrics["test/roc_auc"]) <= 1.0
     # the test run scored the checkpoint's weights, not the fresh ones
     weights = ckpt["state_dict"]["model.head.weight"]
@@ -86,7 +86,10 @@ def test_zinc_test_reports_mae(tmp_path):
                 "--model.warmup_steps", "1", "--model.total_steps", "3"])
     last = Path(fit.trainer.checkpoint_callback.dirpath) / "last.ckpt"
     test = main(["test", *common(tmp_path, "zinc_subset.yaml"), "--ckpt_path", str(last)])
-    assert float(test.trainer.callback_metrics["test/mae"]) > 0
+    metrics = test.trainer.callback_metrics
+    assert float(metrics["test/mae"]) > 0 and float(metrics["test/rmse"]) >= float(
+        metrics["test/mae"])
+    assert "test/r2" in metrics and "val/rmse" in fit.trainer.callback_metrics
 
 
 def test_console_script_exits_zero_after_success(monkeypatch):

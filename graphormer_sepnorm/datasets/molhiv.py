@@ -47,6 +47,7 @@ class MolHIVDataModule(GraphDataModule):
         super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
                          seed, train_batches)
         self.mirror = mirror
+        self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
 
     @property
     def dataset_info(self) -> dict[str, Any]:

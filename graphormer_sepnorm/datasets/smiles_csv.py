@@ -225,6 +225,7 @@ class SmilesCSVDataModule(GraphDataModule):
                  train_batches: TrainBatches = "random") -> None:
         super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
                          seed, train_batches)
+        self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
         columns = [target_columns] if isinstance(target_columns, str) else list(target_columns)
         _check_choice("task", task, ("regression", "binary"))
         _check_choice("split", split, ("random", "scaffold", "column"))
@@ -281,8 +282,8 @@ class SmilesCSVDataModule(GraphDataModule):
         """Reads, checks and featurizes the file, then splits it."""
         path = Path(self.path)
         if not path.is_file():
-            raise FileNotFoundError(f"CSV file not found: {path} (set data.path, e.g. "
-                                    "--data.path molecules.csv)")
+            raise FileNotFoundError(f"CSV file not found: {path} (moved? pass its location with "
+                                    "--data.path, e.g. --data.path molecules.csv)")
         split_column = self.split_column if self.split == "column" else None
         table = read_table(path, self.smiles_column, self.target_columns, split_column,
                            binary=self.task == "binary")

@@ -36,6 +36,7 @@ class ZINCDataModule(GraphDataModule):
         super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
                          seed, train_batches)
         self.subset = subset
+        self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
         self.mirror = mirror
 
     @property

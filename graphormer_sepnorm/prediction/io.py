@@ -3,7 +3,8 @@
 Inputs: ``.csv``/``.tsv`` (every column kept, read as text, quoted fields as CSV has them) and
 ``.smi``/``.txt`` (a SMILES, then an optional name after whitespace: columns ``smiles`` and
 ``name``), each optionally ``.gz``. Outputs: CSV (TSV for a ``.tsv`` name; gzip for ``.gz``),
-created exclusively unless overwriting is asked for.
+written to a temporary file beside the output and renamed to it only when complete;
+an existing output is refused unless overwriting is asked for.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import io
 import itertools
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -136,22 +138,52 @@ def unique_names(taken: list[str], wanted: list[str]) -> list[str]:
     return out
 
 
-def _open_exclusive(path: Path, overwrite: bool) -> IO[bytes]:
+def check_writable(path: Path, overwrite: bool) -> None:
+    """Refuses an existing ``path`` unless ``overwrite``.
+
+    Raises:
+        InputError: ``path`` exists and ``overwrite`` is false.
+    """
+    if path.exists() and not overwrite:
+        raise InputError(f"{path} exists; pass --overwrite to replace it")
+
+
+def _temp_beside(path: Path) -> tuple[Path, IO[bytes]]:
+    """A new hidden temporary file in ``path``'s folder (so that renaming it is atomic)."""
     try:
-        return open(path, "wb" if overwrite else "xb")  # noqa: SIM115
-    except FileExistsError:
-        raise InputError(f"{path} exists; pass --overwrite to replace it") from None
+        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            dir=path.parent, prefix=f".{path.name}.", suffix=".partial", delete=False)
     except OSError as e:
         raise InputError(f"cannot write {path}: {e.strerror}") from None
+    return Path(handle.name), handle
+
+
+def _publish(temp: Path, path: Path, overwrite: bool) -> None:
+    """Renames the finished ``temp`` to ``path``; removes ``temp`` if that is refused."""
+    try:
+        check_writable(path, overwrite)  # it may have appeared while we wrote
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # as a plainly created file (temp files are 0600)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 class TableWriter:
-    """Writes DataFrame chunks to CSV (TSV, gzip by name) as they come; header once."""
+    """Writes DataFrame chunks to CSV (TSV, gzip by name) as they come; header once.
+
+    Rows go to a hidden temporary file beside ``path``; :meth:`close` renames it to ``path``,
+    :meth:`abort` removes it, so that a stopped run leaves no half-written output. As a context
+    manager it closes on success and aborts on any exception (``KeyboardInterrupt`` included).
+    """
 
     def __init__(self, path: Path, overwrite: bool = False) -> None:
-        self.path = path
+        check_writable(path, overwrite)
+        self.path, self.overwrite = path, overwrite
         self.sep = "\t" if _base_suffix(path) == ".tsv" else ","
-        raw = _open_exclusive(path, overwrite)
+        self.temp, raw = _temp_beside(path)
         binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="wb") if path.suffix == ".gz" else raw
         self._raw = raw
         self._text = io.TextIOWrapper(binary, encoding="utf-8", newline="")
@@ -164,19 +196,39 @@ class TableWriter:
         self._text.flush()
 
     def close(self) -> None:
-        """Flushes and closes the file."""
+        """Finishes the file and renames it to ``path``."""
         self._text.close()
         self._raw.close()
+        _publish(self.temp, self.path, self.overwrite)
+
+    def abort(self) -> None:
+        """Discards what was written; ``path`` is left as it was."""
+        try:
+            self._text.close()
+            self._raw.close()
+        finally:
+            self.temp.unlink(missing_ok=True)
+
+    def __enter__(self) -> TableWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
 
 
 class EmbeddingWriter:
-    """Streams ``[n, D]`` float32 rows into a ``.npy`` file (shape written at the end)."""
+    """Streams ``[n, D]`` float32 rows into a ``.npy`` file (shape written at the end).
+
+    Like :class:`TableWriter`, nothing appears at ``path`` until :meth:`close`.
+    """
 
     def __init__(self, path: Path, dim: int, overwrite: bool = False) -> None:
-        self.path, self.dim, self.rows = path, dim, 0
-        _open_exclusive(path, overwrite).close()  # claims the name now, fails early
-        self._partial = path.with_name(f".{path.name}.partial")
-        self._handle = open(self._partial, "wb")  # noqa: SIM115
+        check_writable(path, overwrite)
+        self.path, self.dim, self.rows, self.overwrite = path, dim, 0, overwrite
+        self._partial, self._handle = _temp_beside(path)
 
     def write(self, rows: np.ndarray) -> None:
         """Appends rows."""
@@ -184,10 +236,33 @@ class EmbeddingWriter:
         self.rows += len(rows)
 
     def close(self) -> None:
-        """Writes the ``.npy`` header and the rows to ``path``; removes the partial file."""
+        """Writes the ``.npy`` header and the rows, then renames the file to ``path``."""
         self._handle.close()
         header = {"descr": "<f4", "fortran_order": False, "shape": (self.rows, self.dim)}
-        with open(self.path, "wb") as out, open(self._partial, "rb") as rows:
-            np.lib.format.write_array_header_1_0(out, header)
-            shutil.copyfileobj(rows, out)
-        os.remove(self._partial)
+        final, out = _temp_beside(self.path)
+        try:
+            with out, open(self._partial, "rb") as rows:
+                np.lib.format.write_array_header_1_0(out, header)
+                shutil.copyfileobj(rows, out)
+        except BaseException:
+            final.unlink(missing_ok=True)
+            raise
+        finally:
+            self._partial.unlink(missing_ok=True)
+        _publish(final, self.path, self.overwrite)
+
+    def abort(self) -> None:
+        """Discards the rows; ``path`` is left as it was."""
+        try:
+            self._handle.close()
+        finally:
+            self._partial.unlink(missing_ok=True)
+
+    def __enter__(self) -> EmbeddingWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
         batch_size: Molecules per model batch.
         device: Where the model runs.
         overwrite: Replace existing output files.
-        strict: Stop at the first row that cannot be predicted (rows before it are written).
+        strict: Stop at the first row that cannot be predicted, writing nothing.
         embeddings: Also write the graph-token embeddings ``[rows, D]`` (NaN rows when flagged).
         progress: Progress bar on stderr; default: when stderr is a terminal.
         num_workers: Featurization processes; default: one per core beyond the first.
@@ -138,6 +139,10 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
         InputError: Unusable input or output (existing output without ``overwrite``).
         CheckpointError: Unknown, missing or unsafe checkpoint.
         StrictError: With ``strict``, the first row that could not be predicted.
+
+    Output files appear only when the whole input is done: a run stopped by ``strict``, an
+    exception or ``KeyboardInterrupt`` removes its temporary files and leaves no output (the
+    exception carries a note with the rows done).
     """
     started = time.perf_counter()
     output = output or default_output(source)
@@ -147,31 +152,45 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
     workers = default_num_workers() if num_workers is None else num_workers
     _share_cores(torch.device(device), workers)
     summary = Summary(output=output)
-    with Predictor(module, batch_size, device, workers) as predictor:
-        table = TableWriter(output, overwrite)
-        vectors = EmbeddingWriter(embeddings, predictor.embedding_dim, overwrite) if embeddings \
-            else None
-        show = sys.stderr.isatty() if progress is None else progress
-        bar = tqdm(unit="mol", file=sys.stderr, dynamic_ncols=True, disable=not show)
+    show = sys.stderr.isatty() if progress is None else progress
+    with Predictor(module, batch_size, device, workers) as predictor, ExitStack() as stack:
+        # entered last, left first: on any exception the writers remove their temporary files
+        table = stack.enter_context(TableWriter(output, overwrite))
+        vectors = stack.enter_context(EmbeddingWriter(
+            embeddings, predictor.embedding_dim, overwrite)) if embeddings else None
+        bar = stack.enter_context(tqdm(unit="mol", file=sys.stderr, dynamic_ncols=True,
+                                       disable=not show))
         try:
             stream = predictor.predict_stream(chunks, lambda c: c[column].tolist(),
                                               return_embeddings=vectors is not None)
             for chunk, result in stream:
-                stop = _first_error(result) if strict else None
-                keep = len(chunk) if stop is None else stop
-                table.write(_result_frame(chunk, predictor.columns, result).iloc[:keep])
-                if vectors is not None:
-                    vectors.write(result.embeddings[:keep])
-                summary.add(result.errors[:keep])
-                bar.update(keep)
-                if stop is not None:
-                    raise StrictError(f"row {summary.rows + 1}: {result.errors[stop]} "
-                                      f"(SMILES {chunk[column].iloc[stop]!r}); stopped (--strict)")
-        finally:
-            bar.close()
-            table.close()
-            if vectors is not None:
-                vectors.close()
-            summary.seconds = time.perf_counter() - started
+                _write_chunk(chunk, result, column, predictor.columns, strict, table, vectors,
+                             summary)
+                bar.update(len(result.errors))
+        except BaseException as e:
+            if not isinstance(e, StrictError):
+                note = (f"stopped after row {summary.rows} of {source}; "
+                        f"no output written ({output} left as it was)")
+                e.__notes__ = [*getattr(e, "__notes__", []), note]  # add_note, Python 3.10 too
+            raise
+    summary.seconds = time.perf_counter() - started
     return summary
 
+
+def _write_chunk(chunk: pd.DataFrame, result: ChunkResult, column: str, columns: list[str],
+                 strict: bool, table: TableWriter, vectors: EmbeddingWriter | None,
+                 summary: Summary) -> None:
+    """Writes one chunk's rows (to the temporary files).
+
+    Raises:
+        StrictError: With ``strict``, the chunk's first row that could not be predicted.
+    """
+    stop = _first_error(result) if strict else None
+    if stop is not None:
+        raise StrictError(f"row {summary.rows + stop + 1}: {result.errors[stop]} "
+                          f"(SMILES {chunk[column].iloc[stop]!r}); stopped (--strict), "
+                          "no output written")
+    table.write(_result_frame(chunk, columns, result))
+    if vectors is not None:
+        vectors.write(result.embeddings)
+    summary.add(result.errors)

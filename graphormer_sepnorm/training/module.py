@@ -17,6 +17,7 @@ from torchmetrics.regression import MeanAbsoluteError
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import NORM_SITES, Graphormer
 from graphormer_sepnorm.nn.sepnorm import NormKind, NormSite
+from graphormer_sepnorm.training.metrics import ExtraMetrics
 from graphormer_sepnorm.training.schedule import resolve_warmup, warmup_polynomial_decay
 
 TaskType = Literal["regression", "binary"]
@@ -41,7 +42,10 @@ class GraphormerModule(LightningModule):
     Regression uses the L1 loss and logs ``mae``; binary classification uses BCE with logits and
     logs ``roc_auc`` (ROC-AUC averaged over tasks when there are several). Metrics are
     torchmetrics objects, one per stage, logged as ``val/mae``, ``test/mae``, ``val/roc_auc``,
-    ``test/roc_auc``, with the losses as ``train/loss``, ``val/loss``, ``test/loss``. The
+    ``test/roc_auc``, with the losses as ``train/loss``, ``val/loss``, ``test/loss``. Beside
+    them (see :mod:`~graphormer_sepnorm.training.metrics`): ``rmse`` and ``r2`` for regression,
+    ``pr_auc`` for binary tasks, and per-target values (``test/rmse_<target>``) when there are
+    several targets; regression metrics are in the targets' units. The
     optimizer is AdamW (its fused kernel on CPU and CUDA) with Graphormer's schedule (linear
     warmup, polynomial decay).
 
@@ -112,6 +116,8 @@ class GraphormerModule(LightningModule):
         self.metric_name = METRIC_NAMES[self.task]
         self.val_metric = self._metric(num_tasks)
         self.test_metric = self._metric(num_tasks)
+        self.val_extra = ExtraMetrics(self.task, info["target_names"])
+        self.test_extra = ExtraMetrics(self.task, info["target_names"])
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
@@ -166,6 +172,8 @@ class GraphormerModule(LightningModule):
         out = self.model(batch).float()
         loss.update(self._loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
+        extra = self.val_extra if stage == "val" else self.test_extra
+        extra.update(out if self.task == "binary" else self.to_predictions(out), batch.y)
         if self.task == "binary":
             target = batch.y.long()
             if out.shape[1] == 1:  # BinaryAUROC takes [B]; MultilabelAUROC [B, T]
@@ -183,6 +191,19 @@ class GraphormerModule(LightningModule):
     def test_step(self, batch: GraphormerBatch, batch_idx: int) -> None:
         """Updates the test loss and metric."""
         self._evaluate(batch, "test", self.test_metric, self.test_loss)
+
+    def on_validation_epoch_end(self) -> None:
+        """Logs ``val/rmse``, ``val/r2`` or ``val/pr_auc`` (and per-target values)."""
+        self._log_extra("val", self.val_extra)
+
+    def on_test_epoch_end(self) -> None:
+        """Logs ``test/rmse``, ``test/r2`` or ``test/pr_auc`` (and per-target values)."""
+        self._log_extra("test", self.test_extra)
+
+    def _log_extra(self, stage: str, extra: ExtraMetrics) -> None:
+        # computed (and synchronized across processes) by torchmetrics, so logged unsynced
+        for name, value in extra.compute().items():
+            self.log(f"{stage}/{name}", value, sync_dist=False)
 
     def predict_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """Predictions in the targets' units (probabilities for classification)."""

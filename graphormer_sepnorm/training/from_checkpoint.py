@@ -1,0 +1,75 @@
+"""``graphormer-sepnorm test --ckpt_path X`` with no config: the data settings come from X.
+
+A checkpoint holds the datamodule's settings as plain values (``datamodule_hyper_parameters``,
+with its ``_class_path``) beside the model's. When ``validate``, ``test`` or ``predict`` is given
+a checkpoint file and no ``--data``, :func:`with_checkpoint_data` puts ``--data <those
+settings>`` first on the command line, so that a ``--config`` and options after it
+(``--data.path other.csv``) still override them; Lightning itself fills the model's arguments
+from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+EVALUATING = ("validate", "test", "predict")
+# set by the CLI's links from the model's arguments, so not given on the command line
+LINKED = {"multi_hop_max_dist"}
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The value of ``--name X`` or ``--name=X`` (the last one given), else ``None``."""
+    value = None
+    for k, arg in enumerate(args):
+        if arg == name and k + 1 < len(args):
+            value = args[k + 1]
+        elif arg.startswith(f"{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _gives_data(args: list[str]) -> bool:
+    return any(a in ("--data", "--data.class_path") or a.startswith(("--data=",
+               "--data.class_path=")) for a in args)
+
+
+def checkpoint_data(path: str | Path) -> dict[str, Any] | None:
+    """``{'class_path': ..., 'init_args': {...}}`` of the datamodule a checkpoint was fit on."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    hparams = ckpt.get("datamodule_hyper_parameters") or {}
+    if "_class_path" not in hparams:
+        return None
+    init = {k: v for k, v in hparams.items() if not k.startswith("_") and k not in LINKED}
+    return {"class_path": hparams["_class_path"], "init_args": init}
+
+
+def with_checkpoint_data(args: list[str]) -> list[str]:
+    """``args`` with ``--data <the checkpoint's datamodule>`` after the subcommand, if needed.
+
+    Only for ``validate``/``test``/``predict`` with ``--ckpt_path`` naming a file whose
+    checkpoint records its datamodule, and no ``--data`` or ``--data.class_path`` given.
+    """
+    if not args or args[0] not in EVALUATING or _gives_data(args[1:]):
+        return args
+    ckpt = _option(args[1:], "--ckpt_path")
+    if ckpt is None or not Path(ckpt).is_file():
+        return args
+    data = checkpoint_data(ckpt)
+    if data is None:
+        return args
+    return [args[0], "--data", json.dumps(data), *args[1:]]
+
+
+def missing_data_file(config: Any) -> str | None:
+    """The error for a datamodule ``path`` that is not a file (CSV data), else ``None``."""
+    data = config.get("data")
+    init = getattr(data, "init_args", None)
+    path = init.get("path") if init is not None and hasattr(init, "get") else None
+    if path is None or Path(path).is_file():
+        return None
+    return (f"data file not found: {path} (recorded in the checkpoint or config; moved? pass its "
+            f"location with --data.path NEW.csv)")
