@@ -119,7 +119,7 @@ def _cli(args: list[str]) -> GraphormerCLI:
         GraphDataModule,
         subclass_mode_data=True,
         args=args,
-        # Our datamodules shard size-grouped batches across DDP processes themselves; dropout is
+        # Our datamodules shard their random batches across DDP processes themselves; dropout is
         # seeded by the step count, so that resumed runs continue exactly.
         # Without a terminal (CI, SLURM, a log file) no carriage-return progress bar: FitLog
         # prints one line per epoch instead.
