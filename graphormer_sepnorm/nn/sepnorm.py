@@ -8,7 +8,7 @@ is the baseline.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,27 @@ NormKind = Literal["batch", "layer", "none"]
 NormSite = Literal["attn", "ffn", "final"]
 
 
-class GraphTokenBatchNorm(nn.BatchNorm1d):
+class _FloatStatistics(nn.BatchNorm1d):
+    """A BatchNorm whose statistics and affine parameters stay float32 in a half-precision model.
+
+    ``model.to(torch.bfloat16)`` (Lightning's ``bf16-true``) would otherwise store the running
+    statistics with 3 significant digits, and the float32 computation of :meth:`forward` would
+    meet bfloat16 parameters.
+    """
+
+    def _apply(self, fn: Any, recurse: bool = True) -> nn.Module:  # type: ignore[override]
+        before = {name: t.dtype for name, t in [*self._parameters.items(),
+                                                *self._buffers.items()] if t is not None}
+        super()._apply(fn, recurse)
+        for name, dtype in before.items():
+            tensor = getattr(self, name)
+            if dtype.is_floating_point and tensor.dtype in (torch.float16, torch.bfloat16) \
+                    and dtype not in (torch.float16, torch.bfloat16):
+                tensor.data = tensor.data.to(dtype)
+        return self
+
+
+class GraphTokenBatchNorm(_FloatStatistics):
     """``BatchNorm1d`` over the graph tokens of a batch, ``[B, D] -> [B, D]``.
 
     Three departures from plain ``BatchNorm1d``:
@@ -36,7 +56,8 @@ class GraphTokenBatchNorm(nn.BatchNorm1d):
       BatchNorm raises). It is normalized with the running statistics instead, and they are left
       untouched, exactly as in eval mode. Last, odd-sized batches of an epoch therefore train.
     - Statistics are computed in float32 even under mixed precision (float64 stays float64),
-      then cast back.
+      then cast back; in a model converted to bfloat16 (``bf16-true``) the statistics and affine
+      parameters stay float32.
 
     In eval mode the running statistics are used, so a graph's output never depends on the other
     graphs of its batch.
@@ -92,7 +113,7 @@ class GraphTokenBatchNorm(nn.BatchNorm1d):
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
 
-class MaskedBatchNorm(nn.BatchNorm1d):
+class MaskedBatchNorm(_FloatStatistics):
     """``BatchNorm1d`` over the real atoms of a padded ``[B, N, D]`` tensor; padding is ignored."""
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:  # type: ignore[override]

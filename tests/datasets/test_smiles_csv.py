@@ -228,3 +228,28 @@ def test_cli_fit_on_csv(tmp_path, monkeypatch):
     assert model.hparams["standardize_targets"]
     assert model.target_mean.item() == pytest.approx(cli.datamodule.target_statistics()[0][0])
     assert "val/mae" in cli.trainer.callback_metrics
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
+def test_cli_fit_in_bfloat16_with_gradient_clipping(tmp_path, monkeypatch, precision):
+    # bf16-mixed: Lightning refused to clip for the fused AdamW (no gradient scaler is involved);
+    # bf16-true: the graph token's BatchNorm met bfloat16 parameters. Both train now, and the
+    # BatchNorm's statistics stay float32.
+    from graphormer_sepnorm.cli import main
+    from graphormer_sepnorm.nn import GraphTokenBatchNorm
+
+    monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
+    path = indexed_csv(tmp_path / "train.csv")
+    cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
+                "--data.target_columns", "[y]", "--data.batch_size", "8",
+                "--model.num_layers", "2", "--trainer.precision", precision,
+                "--trainer.gradient_clip_val", "0.5", "--trainer.max_steps", "3",
+                "--trainer.max_epochs", "1", "--test_best", "false",
+                "--trainer.default_root_dir", str(tmp_path),
+                "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+    assert cli.trainer.global_step > 0 and torch.isfinite(cli.trainer.callback_metrics["val/mae"])
+    norms = [m for m in cli.model.modules() if isinstance(m, GraphTokenBatchNorm)]
+    assert norms and all(m.running_var.dtype == torch.float32 for m in norms)
+    assert all(int(m.num_batches_tracked) > 0 for m in norms)
+    if precision == "bf16-true":
+        assert cli.model.model.head.weight.dtype == torch.bfloat16
