@@ -21,3 +21,12 @@ def tiny_mirror(tmp_path_factory) -> Path:
     write_zinc_raw(folder / "ZINC" / "raw")
     write_ogb_molhiv(folder / "ogbg_molhiv")
     return folder
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: one intra-op thread is faster, and spares a shared, loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

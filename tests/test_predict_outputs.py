@@ -10,14 +10,7 @@ from test_predict import make_module, save
 from graphormer_sepnorm.featurizers import ZincFeaturizer
 from graphormer_sepnorm.predict import main
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """A tiny model: one intra-op thread is faster, and spares a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -171,7 +171,31 @@ def _publish(temp: Path, path: Path, overwrite: bool) -> None:
         raise
 
 
-class TableWriter:
+_Output = TypeVar("_Output", bound="_OutputFile")
+
+
+class _OutputFile:
+    """A context manager that closes (publishes) on success and aborts on any exception."""
+
+    def close(self) -> None:
+        """Finishes the output and renames it into place."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Discards what was written."""
+        raise NotImplementedError
+
+    def __enter__(self: _Output) -> _Output:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class TableWriter(_OutputFile):
     """Writes DataFrame chunks to CSV (TSV, gzip by name) as they come; header once.
 
     Rows go to a hidden temporary file beside ``path``; :meth:`close` renames it to ``path``,
@@ -209,17 +233,8 @@ class TableWriter:
         finally:
             self.temp.unlink(missing_ok=True)
 
-    def __enter__(self) -> TableWriter:
-        return self
 
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is None:
-            self.close()
-        else:
-            self.abort()
-
-
-class EmbeddingWriter:
+class EmbeddingWriter(_OutputFile):
     """Streams ``[n, D]`` float32 rows into a ``.npy`` file (shape written at the end).
 
     Like :class:`TableWriter`, nothing appears at ``path`` until :meth:`close`.
@@ -257,12 +272,3 @@ class EmbeddingWriter:
             self._handle.close()
         finally:
             self._partial.unlink(missing_ok=True)
-
-    def __enter__(self) -> EmbeddingWriter:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if kind is None:
-            self.close()
-        else:
-            self.abort()
