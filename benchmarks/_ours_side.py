@@ -3,8 +3,8 @@
 Uses only the package's public API: ``add_shortest_paths``, ``GraphormerCollator``,
 ``SizeGroupedBatchSampler`` and ``Graphormer``. Besides the shared figures it reports the model's
 achieved GFLOP/s against a plain ``torch.mm`` of similar shape timed in bursts between the
-model's steps (:class:`MatmulProbe`), and the same loops in dataset order (no size grouping) to
-show what the grouping buys.
+model's steps (:class:`MatmulProbe`), and the same loops on consecutive molecules in dataset
+order, beside the random batches that training draws.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def describe(name: str, r: dict[str, Any]) -> list[str]:
     for phase in ("train_dataset_order", "infer_dataset_order"):
         if phase in r:
             lines.append(f"[{name}] {phase}: {r[phase]['graphs_per_s']:.1f} graphs/s "
-                         "(no size grouping)")
+                         "(consecutive molecules)")
     lines.append(f"[{name}] peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB "
                  f"({r['setup_rss_bytes'] / 2**30:.2f} GiB of it before preprocessing: "
                  "imports, model, optimizer, raw graphs)")
