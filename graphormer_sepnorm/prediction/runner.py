@@ -19,6 +19,7 @@ from graphormer_sepnorm.prediction.io import (
     EmbeddingWriter,
     InputError,
     TableWriter,
+    check_writable,
     default_output,
     read_chunks,
     unique_names,
@@ -94,8 +95,7 @@ def _result_frame(chunk: pd.DataFrame, columns: list[str], result: ChunkResult) 
 
 def _check_output(output: Path, embeddings: Path | None, overwrite: bool, source: Path) -> None:
     for path in [output] + ([embeddings] if embeddings else []):
-        if path.exists() and not overwrite:
-            raise InputError(f"{path} exists; pass --overwrite to replace it")
+        check_writable(path, overwrite)
         if path.exists() and path.resolve() == source.resolve():
             raise InputError(f"{path} is the input file; choose another output")
 

@@ -172,15 +172,16 @@ class GraphormerModule(LightningModule):
         out = self.model(batch).float()
         loss.update(self._loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
-        extra = self.val_extra if stage == "val" else self.test_extra
-        extra.update(out if self.task == "binary" else self.to_predictions(out), batch.y)
+        # logits for the classification metrics, the targets' units for the regression ones
+        preds = out if self.task == "binary" else self.to_predictions(out)
+        (self.val_extra if stage == "val" else self.test_extra).update(preds, batch.y)
         if self.task == "binary":
             target = batch.y.long()
             if out.shape[1] == 1:  # BinaryAUROC takes [B]; MultilabelAUROC [B, T]
-                out, target = out[:, 0], target[:, 0]
-            metric.update(out, target)
+                preds, target = preds[:, 0], target[:, 0]
+            metric.update(preds, target)
         else:
-            metric.update(self.to_predictions(out), batch.y)
+            metric.update(preds, batch.y)
         self.log(f"{stage}/{self.metric_name}", metric, batch_size=batch.num_graphs,
                  prog_bar=True)
 
@@ -235,7 +236,6 @@ class GraphormerModule(LightningModule):
         scheduler = LambdaLR(optimizer, factor)
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,

@@ -8,8 +8,10 @@ explains, and a SepNorm model could not learn a size-dependent target. Both test
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
+import warnings
 from pathlib import Path
 
 import pytest
@@ -74,16 +76,11 @@ def test_training_batches_spread_like_random_samples(tmp_path, train_batches):
     assert random_like == (train_batches == "random"), (within, spread, between, expected)
 
 
-class _no_warning:
-    def __enter__(self):
-        import warnings
-
-        self._catch = warnings.catch_warnings()
-        self._catch.__enter__()
+@contextlib.contextmanager
+def _no_warning():
+    with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
-
-    def __exit__(self, *exc):
-        return self._catch.__exit__(*exc)
+        yield
 
 
 def fit_size(module: SmilesCSVDataModule, epochs: int = 30) -> float:
