@@ -29,9 +29,15 @@ from _common import (
 from _flops import MatmulProbe, model_flops
 from torch_geometric.data import Data
 
-from graphormer_sepnorm import Graphormer, GraphormerBatch, GraphormerCollator, add_shortest_paths
+from graphormer_sepnorm import (
+    Graphormer,
+    GraphormerBatch,
+    GraphormerCollator,
+    GraphormerConfig,
+    add_shortest_paths,
+)
 from graphormer_sepnorm.data import SizeGroupedBatchSampler
-from graphormer_sepnorm.nn.size_groups import SizeGroups
+from graphormer_sepnorm.nn.cpu.size_groups import SizeGroups
 
 
 def to_data(graph: Graph) -> Data:
@@ -74,7 +80,7 @@ class OursSide:
         torch.manual_seed(seed)
         self.batch_size = batch_size
         self.seed = seed
-        self.model = Graphormer(atom_feature_dims, bond_feature_dims, num_tasks=1)
+        self.model = Graphormer(GraphormerConfig(atom_feature_dims, bond_feature_dims, num_tasks=1))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-4, weight_decay=0.01,
                                            fused=True)
         self.collator = GraphormerCollator(multi_hop_max_dist=20)

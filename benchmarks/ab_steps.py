@@ -58,7 +58,10 @@ def build_side(package: ModuleType, workload: dict[str, Any], batches: list[list
                ) -> tuple[torch.nn.Module, torch.optim.Optimizer, list[Any]]:
     """Model (seed 0), fused AdamW and the collated batches of one side."""
     torch.manual_seed(0)
-    model = package.Graphormer(workload["atom_dims"], workload["bond_dims"], num_tasks=1)
+    sizes = (workload["atom_dims"], workload["bond_dims"])
+    config = getattr(package, "GraphormerConfig", None)  # None: a revision before it existed
+    model = (package.Graphormer(*sizes, num_tasks=1) if config is None
+             else package.Graphormer(config(*sizes, num_tasks=1)))
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4, weight_decay=0.01, fused=True)
     collate = package.GraphormerCollator(multi_hop_max_dist=20)
     return model, optimizer, [collate([workload["data"][i] for i in b]) for b in batches]

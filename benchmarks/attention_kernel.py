@@ -2,7 +2,7 @@
 
 Times what runs between the q/k/v projection and the output projection, for attention groups
 of the shapes the MolHIV and ZINC benchmark batches produce: the package's C kernel
-(``graphormer_sepnorm.nn.native.fused_attention``) and the plain torch path it replaces
+(``graphormer_sepnorm.nn.cpu.native.fused_attention``) and the plain torch path it replaces
 (``_SplitHeads``, ``biased_attention`` and the head-minor copy of the output; its
 projections have head-minor rows, the kernel's ``nn.Linear``'s own order). Forward alone
 (inference, no dropout) and forward plus backward (training, attention dropout 0.1, the output
@@ -23,9 +23,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from graphormer_sepnorm.nn.attention_core import biased_attention
-from graphormer_sepnorm.nn.head_major import _SplitHeads, head_minor_rows
-from graphormer_sepnorm.nn.native.fused_attention import fused_attention
+from graphormer_sepnorm.nn.cpu.attention_core import biased_attention
+from graphormer_sepnorm.nn.cpu.head_major import _SplitHeads, head_minor_rows
+from graphormer_sepnorm.nn.cpu.native.fused_attention import fused_attention
 
 HEADS, HEAD_DIM = 8, 10
 DIM = HEADS * HEAD_DIM

@@ -22,7 +22,7 @@ from _common import featurize
 from _ours_side import to_data, train_step
 from ab_steps import compare
 
-from graphormer_sepnorm import Graphormer, GraphormerCollator, add_shortest_paths
+from graphormer_sepnorm import Graphormer, GraphormerCollator, GraphormerConfig, add_shortest_paths
 from graphormer_sepnorm.data import SizeGroupedBatchSampler
 
 
@@ -56,9 +56,10 @@ def main() -> None:
     for name, pool in (("size_grouped", 50), ("random", 1)):
         batches = list(SizeGroupedBatchSampler(sizes, args.batch_size, pool_batches=pool))
         torch.manual_seed(0)
-        model = Graphormer(get_atom_feature_dims(), get_bond_feature_dims(), num_tasks=1,
-                           num_layers=args.layers, hidden_dim=args.hidden, ffn_dim=args.hidden,
-                           multi_hop_max_dist=args.hops)
+        model = Graphormer(GraphormerConfig(
+            get_atom_feature_dims(), get_bond_feature_dims(), num_tasks=1,
+            num_layers=args.layers, hidden_dim=args.hidden, ffn_dim=args.hidden,
+            multi_hop_max_dist=args.hops))
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4, fused=True)
         sides[name] = (model, optimizer, [collate([data[i] for i in b]) for b in batches])
         tokens, real = padding(batches, sizes)

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from graphormer_sepnorm.featurizers import ZincFeaturizer
+from graphormer_sepnorm.nn import GraphormerConfig
 from graphormer_sepnorm.prediction.engine import default_num_workers
 from graphormer_sepnorm.prediction.runner import predict_file
 from graphormer_sepnorm.training.module import GraphormerModule
@@ -41,8 +42,9 @@ def slim_zinc_checkpoint(path: Path) -> Path:
             "atom_feature_dims": featurizer.atom_feature_dims,
             "edge_feature_dims": featurizer.edge_feature_dims,
             "featurizer": featurizer.to_config()}
-    module = GraphormerModule(dataset_info=info, num_layers=12, hidden_dim=80, ffn_dim=80,
-                              num_heads=8, multi_hop_max_dist=20)
+    config = GraphormerConfig(num_layers=12, hidden_dim=80, ffn_dim=80, num_heads=8,
+                              multi_hop_max_dist=20)
+    module = GraphormerModule(dataset_info=info, config=config)
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)},
                path)
     return path

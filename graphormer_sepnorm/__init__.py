@@ -6,7 +6,7 @@ from graphormer_sepnorm.data import (
     GraphormerCollator,
     add_shortest_paths,
 )
-from graphormer_sepnorm.nn import Graphormer, SepNorm, ShareNorm
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, SepNorm, ShareNorm
 
 __version__ = "0.1.0"
 
@@ -15,6 +15,7 @@ __all__ = [
     "Graphormer",
     "GraphormerBatch",
     "GraphormerCollator",
+    "GraphormerConfig",
     "SepNorm",
     "ShareNorm",
     "add_shortest_paths",

@@ -8,11 +8,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerStatus
 
 from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm.training.checkpoint_format import upgrade_hparams
 from graphormer_sepnorm.training.from_checkpoint import missing_data_file, with_checkpoint_data
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.report import (
@@ -36,7 +38,8 @@ class GraphormerCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Adds the links between model and data, and ``--test_best``."""
         parser.link_arguments("data.dataset_info", "model.dataset_info", apply_on="instantiate")
-        parser.link_arguments("model.multi_hop_max_dist", "data.init_args.multi_hop_max_dist")
+        parser.link_arguments("model.config.multi_hop_max_dist",
+                              "data.init_args.multi_hop_max_dist")
         parser.add_argument("--test_best", type=bool, default=True,
                             help="fit only: after fitting, test the best checkpoint when the "
                                  "data has a test split, and print its metrics in the summary")
@@ -59,6 +62,27 @@ class GraphormerCLI(LightningCLI):
         if self.trainer.is_global_zero:
             print_summary(fit_summary(self.trainer, time.perf_counter() - started, interrupted,
                                       test))
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning's: the ``--ckpt_path`` file's model hyperparameters go into the config.
+
+        Here a checkpoint of the previous format (flat model hyperparameters) is read as the
+        current one (:func:`~graphormer_sepnorm.training.checkpoint_format.upgrade_hparams`).
+        """
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu", mmap=True)
+        hparams = upgrade_hparams(ckpt.get("hyper_parameters") or {})
+        hparams = {k: v for k, v in hparams.items() if not k.startswith("_")}
+        if not hparams:
+            return
+        try:
+            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
 
     def before_instantiate_classes(self) -> None:
         """Resolves ``--ckpt_path last`` (see :func:`resolve_last`); checks the data file."""

@@ -85,7 +85,7 @@ def cli_args(args: argparse.Namespace, config: str, norm: str, seed: int,
     for preset in args.preset:
         out += ["--config", preset]
     out += ["--seed_everything", str(seed), "--data.init_args.seed", str(seed),
-            "--model.sepnorm", NORMS[norm], "--trainer.accelerator", args.accelerator,
+            "--model.config.sepnorm", NORMS[norm], "--trainer.accelerator", args.accelerator,
             "--trainer.devices", str(args.devices), "--trainer.enable_progress_bar", "false",
             "--trainer.logger.class_path", "lightning.pytorch.loggers.CSVLogger",
             "--trainer.logger.init_args.save_dir", str(run_dir.parent),

@@ -36,8 +36,11 @@ def test_bundled_model_loads_weights_only_and_predicts_examples(name):
     assert card["name"] == name and metric in card and card["steps"] > 0
     assert ("ShareNorm" if name.endswith("sharenorm") else "SepNorm") == card["norm"]
     module = load_checkpoint(name)
+    # shipped in the current format: the config as plain values, the scaler as the task's
+    assert payload["hyper_parameters"]["config"] == module.config.to_dict()
+    assert all(k.startswith(("model.", "task.")) for k in payload["state_dict"])
     assert module.hparams["dataset_info"]["featurizer"]["name"] == featurizer
-    assert module.hparams["sepnorm"] == (not name.endswith("sharenorm"))
+    assert module.config.sepnorm == (not name.endswith("sharenorm"))
     frame = predict_smiles(examples(), checkpoint=module)
     good = frame["error"] == ""
     # two bad lines in every model; the sodium salt is outside ZINC's vocabulary

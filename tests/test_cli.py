@@ -4,13 +4,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from old_format import downgrade
 
 from graphormer_sepnorm.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-TINY = ["--model.num_layers", "2", "--model.hidden_dim", "16", "--model.ffn_dim", "16",
-        "--model.num_heads", "4", "--data.batch_size", "4", "--trainer.enable_progress_bar",
-        "false", "--trainer.enable_model_summary", "false"]
+TINY = ["--model.config.num_layers", "2", "--model.config.hidden_dim", "16",
+        "--model.config.ffn_dim", "16", "--model.config.num_heads", "4", "--data.batch_size", "4",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 
 
 @pytest.fixture
@@ -36,7 +38,7 @@ def test_fit_fast_dev_run_links_data_into_model(tmp_path, config):
     info = cli.model.hparams["dataset_info"]
     assert info == cli.datamodule.dataset_info
     assert info["task"] == ("binary" if config == "molhiv.yaml" else "regression")
-    assert cli.datamodule.multi_hop_max_dist == cli.model.hparams["multi_hop_max_dist"]
+    assert cli.datamodule.multi_hop_max_dist == cli.model.config.multi_hop_max_dist
     assert cli.trainer.state.finished
 
 
@@ -44,14 +46,15 @@ def test_preset_stacks_on_a_dataset_config(tmp_path):
     preset = str(CONFIGS / "presets" / "cpu_10min.yaml")
     cli = main(["fit", *common(tmp_path, "molhiv.yaml", "--config", preset),
                 "--trainer.fast_dev_run", "true"])
-    assert cli.model.hparams["num_layers"] == 2  # the command line comes last
+    assert cli.model.config.num_layers == 2  # the command line comes last
+    assert cli.model.config.hidden_dim == 16 and cli.model.config.multi_hop_max_dist == 5
     assert cli.model.hparams["total_steps"] == 1200
     assert cli.model.hparams["lr"] == pytest.approx(5e-4)
     assert cli.datamodule.batch_size == 4 and cli.datamodule.eval_batch_size == 256
 
 
 def test_sharenorm_is_one_switch(tmp_path):
-    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--model.sepnorm", "false"),
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--model.config.sepnorm", "false"),
                 "--trainer.fast_dev_run", "true"])
     norms = {type(m).__name__ for m in cli.model.model.modules()}
     assert "ShareNorm" in norms and "SepNorm" not in norms
@@ -67,6 +70,9 @@ def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
     # checkpoints hold plain values only
     ckpt = torch.load(best, weights_only=True, map_location="cpu")
     assert ckpt["hyper_parameters"]["dataset_info"]["target_names"] == ["hiv_active"]
+    assert ckpt["hyper_parameters"]["config"] == fit.model.config.to_dict()
+    logged = yaml.safe_load((ckpt_dir.parent / "hparams.yaml").read_text())
+    assert logged["config"]["hidden_dim"] == 16 and logged["config"]["num_tasks"] == 1
 
     test = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path", str(best)])
     metrics = test.trainer.callback_metrics
@@ -75,10 +81,27 @@ def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
     # the test run scored the checkpoint's weights, not the fresh ones
     weights = ckpt["state_dict"]["model.head.weight"]
     assert torch.equal(test.model.model.head.weight, weights)
+    # a checkpoint of the previous format (flat model hyperparameters) tests the same
+    torch.save(downgrade(ckpt), tmp_path / "old.ckpt")
+    old = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path",
+                str(tmp_path / "old.ckpt")])
+    assert float(old.trainer.callback_metrics["test/roc_auc"]) == float(metrics["test/roc_auc"])
+    assert old.model.config == test.model.config
 
     val = main(["validate", *common(tmp_path, "molhiv.yaml"), "--ckpt_path", str(best)])
     assert float(val.trainer.callback_metrics["val/roc_auc"]) == pytest.approx(
         float(fit.trainer.checkpoint_callback.best_model_score), abs=1e-6)
+
+
+def test_fit_starts_from_another_runs_weights(tmp_path, capsys):
+    first = main(["fit", *common(tmp_path, "molhiv.yaml"), "--trainer.max_steps", "2",
+                  "--model.warmup_steps", "1", "--model.total_steps", "2"])
+    last = Path(first.trainer.checkpoint_callback.dirpath) / "last.ckpt"
+    capsys.readouterr()
+    second = main(["fit", *common(tmp_path, "molhiv.yaml", "--model.init_from", str(last)),
+                   "--trainer.fast_dev_run", "true"])
+    assert f"init_from {last}: loaded" in capsys.readouterr().out
+    assert second.model.hparams["init_from"] == str(last)
 
 
 def test_zinc_test_reports_mae(tmp_path):

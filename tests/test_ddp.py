@@ -11,7 +11,7 @@ any gradient (the graph-token embedding and the biases whose only effect on the 
 constant that every BatchNorm subtracts; the key biases under softmax), and AdamW turns their
 rounding-noise gradients, which differ between any two summation orders, into steps of ~lr that
 move the running means by as much. (That the gradients of the synchronized norm equal one
-process's is tested in tests/nn/test_distributed_norm.py.) With ``--model.sync_batch_norm
+process's is tested in tests/nn/test_distributed_norm.py.) With ``--model.config.sync_batch_norm
 false`` each process normalizes with its own 6 graphs and the running means move by ~5e-4.
 Evaluation batches of 3 split the 4 test graphs 3 + 1 between the processes: a mean of
 per-process MAEs, or a sampler that pads with repeated graphs, would differ from the
@@ -30,10 +30,11 @@ import sys
 from pathlib import Path
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-TINY = ["--config", str(CONFIGS / "zinc_subset.yaml"), "--model.num_layers", "2",
-        "--model.hidden_dim", "16", "--model.ffn_dim", "16", "--model.num_heads", "4",
-        "--model.dropout", "0", "--model.attention_dropout", "0",
-        "--model.activation_dropout", "0", "--data.eval_batch_size", "3",
+TINY = ["--config", str(CONFIGS / "zinc_subset.yaml"), "--model.config.num_layers", "2",
+        "--model.config.hidden_dim", "16", "--model.config.ffn_dim", "16",
+        "--model.config.num_heads", "4",
+        "--model.config.dropout", "0", "--model.config.attention_dropout", "0",
+        "--model.config.activation_dropout", "0", "--data.eval_batch_size", "3",
         "--model.lr", "1e-9", "--model.end_lr", "1e-9",
         "--trainer.max_steps", "4", "--model.total_steps", "4", "--model.warmup_steps", "1",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
@@ -70,7 +71,7 @@ def ddp_script(work: Path) -> None:
     if test.trainer.global_rank == 0:
         metrics = {k: float(v) for k, v in test.trainer.callback_metrics.items()}
         (work / "ddp_test_split.json").write_text(json.dumps(metrics))
-    main(["fit", *run_args(work, "nosync"), *DDP, "--model.sync_batch_norm", "false"])
+    main(["fit", *run_args(work, "nosync"), *DDP, "--model.config.sync_batch_norm", "false"])
 
 
 if __name__ == "__main__":

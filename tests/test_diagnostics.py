@@ -13,7 +13,7 @@ from graphormer_sepnorm.diagnostics import (
     singular_values,
     uniformity,
 )
-from graphormer_sepnorm.nn import Graphormer
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
 
 
 def test_effective_rank_of_orthonormal_and_identical_embeddings():
@@ -59,8 +59,8 @@ class _Module(pl.LightningModule):
     def __init__(self, through_head: bool = True):
         super().__init__()
         self.through_head = through_head
-        self.model = Graphormer(ATOM_DIMS, BOND_DIMS, num_layers=1, hidden_dim=8, ffn_dim=8,
-                                num_heads=2)
+        self.model = Graphormer(GraphormerConfig(ATOM_DIMS, BOND_DIMS, num_layers=1,
+                                                 hidden_dim=8, ffn_dim=8, num_heads=2))
         self.embed_calls = 0
         embed = self.model.embed
 

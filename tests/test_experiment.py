@@ -55,8 +55,9 @@ def test_two_run_grid_on_tiny_data(tmp_path, monkeypatch):
     argv = ["--name", "tiny", "--configs", str(CONFIGS / "zinc_subset.yaml"), "--seeds", "3",
             "--accelerator", "cpu", "--max-steps", "6", "--results-dir",
             str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"), "--extra",
-            "--model.num_layers", "2", "--model.hidden_dim", "16", "--model.ffn_dim", "16",
-            "--model.num_heads", "4", "--model.warmup_steps", "1", "--data.batch_size", "4",
+            "--model.config.num_layers", "2", "--model.config.hidden_dim", "16",
+            "--model.config.ffn_dim", "16", "--model.config.num_heads", "4",
+            "--model.warmup_steps", "1", "--data.batch_size", "4",
             "--data.root", str(tmp_path / "data"), "--trainer.enable_model_summary", "false"]
     assert main(argv) == 0
     with open(tmp_path / "results" / "tiny.csv", newline="") as f:

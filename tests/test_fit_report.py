@@ -14,9 +14,9 @@ from graphormer_sepnorm.cli import main
 from graphormer_sepnorm.training.module import GraphormerModule
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smiles_csv.yaml"
-TINY = ["--model.num_layers", "2", "--model.hidden_dim", "16", "--model.ffn_dim", "16",
-        "--model.num_heads", "4", "--data.batch_size", "16", "--trainer.enable_model_summary",
-        "false"]
+TINY = ["--model.config.num_layers", "2", "--model.config.hidden_dim", "16",
+        "--model.config.ffn_dim", "16", "--model.config.num_heads", "4", "--data.batch_size", "16",
+        "--trainer.enable_model_summary", "false"]
 
 
 def own_csv(path: Path, rows: int = 200, labels: tuple[str, ...] = ("train",) * 8 + ("val",
@@ -79,7 +79,7 @@ def test_testing_an_earlier_best_leaves_fit_state_alone(tmp_path, capsys):
     csv = own_csv(tmp_path / "my.csv", 40)
     # learning nothing and no BatchNorm statistics: later epochs tie, the first stays best
     fit = main(fit_args(tmp_path, csv, "--trainer.max_epochs", "2", "--model.lr", "1e-30",
-                        "--model.sepnorm", "false", "--model.dropout", "0"))
+                        "--model.config.sepnorm", "false", "--model.config.dropout", "0"))
     out = capsys.readouterr().out
     callback = fit.trainer.checkpoint_callback
     assert Path(callback.best_model_path).name == "best-epoch=0-step=2.ckpt"
@@ -119,7 +119,7 @@ def test_test_and_validate_from_the_checkpoint_alone(tmp_path, capsys, monkeypat
     assert "test/mae" in out and "test/rmse" in out and "test/r2" in out
     assert f"test/rmse {float(metrics['test/rmse']):.4g}" in summary  # the same checkpoint
     assert test.datamodule.path == str(csv) and test.datamodule.split == "column"
-    assert test.model.hparams["num_layers"] == 2 and test.datamodule.multi_hop_max_dist == 5
+    assert test.model.config.num_layers == 2 and test.datamodule.multi_hop_max_dist == 5
     val = main(["validate", "--ckpt_path", best, "--data.eval_batch_size", "7"])
     assert float(val.trainer.callback_metrics["val/mae"]) == pytest.approx(
         float(fit.trainer.checkpoint_callback.best_model_score), abs=1e-6)

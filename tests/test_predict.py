@@ -12,6 +12,7 @@ from tiny_data import SMILES, featurize_with_paths
 
 from graphormer_sepnorm.data import GraphormerCollator
 from graphormer_sepnorm.featurizers import OgbFeaturizer, ZincFeaturizer
+from graphormer_sepnorm.nn import GraphormerConfig
 from graphormer_sepnorm.predict import main, predict_smiles
 from graphormer_sepnorm.prediction import CheckpointError, Predictor, load_checkpoint
 from graphormer_sepnorm.prediction.checkpoints import bundled_checkpoint_path
@@ -19,8 +20,8 @@ from graphormer_sepnorm.prediction.prepare import size_sorted_batches
 from graphormer_sepnorm.training.module import GraphormerModule
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2, max_degree=8,
-            max_distance=8, multi_hop_max_dist=5)
+TINY = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=2, max_degree=8,
+                        max_distance=8, multi_hop_max_dist=5)
 BAD = {
     "": "empty SMILES",
     "   ": "empty SMILES",
@@ -40,13 +41,13 @@ def make_module(featurizer, task="regression", target="penalized_logp") -> Graph
             "atom_feature_dims": featurizer.atom_feature_dims,
             "edge_feature_dims": featurizer.edge_feature_dims,
             "featurizer": featurizer.to_config()}
-    module = GraphormerModule(dataset_info=info, **TINY)
+    module = GraphormerModule(dataset_info=info, config=TINY)
     graphs, _ = featurize_with_paths(SMILES, featurizer)
     module.train()
     with torch.no_grad():  # non-trivial BatchNorm running statistics
-        module.model(GraphormerCollator(TINY["multi_hop_max_dist"])(graphs))
-    module.target_mean.fill_(2.0)
-    module.target_std.fill_(3.0)
+        module.model(GraphormerCollator(TINY.multi_hop_max_dist)(graphs))
+    if module.task.scales_targets:
+        module.task.set_scaler([2.0], [3.0])
     return module.eval()
 
 
@@ -121,7 +122,7 @@ def test_batch_size_and_order_invariance(module):
 
 def test_embeddings(module):
     frame, emb = predict_smiles(["CCO", "xx", "c1ccccc1"], module, return_embeddings=True)
-    assert emb.shape == (3, TINY["hidden_dim"]) and emb.dtype == np.float32
+    assert emb.shape == (3, TINY.hidden_dim) and emb.dtype == np.float32
     assert np.isnan(emb[1]).all() and np.isfinite(emb[[0, 2]]).all()
 
 
@@ -207,7 +208,7 @@ def test_gz_input_and_embeddings_file(tmp_path, ckpt):
     frame = read(tmp_path / "m_preds.csv")
     assert frame["name"].tolist() == ["a", "b", "c"]
     vectors = np.load(emb)
-    assert vectors.shape == (3, TINY["hidden_dim"]) and np.isnan(vectors[1]).all()
+    assert vectors.shape == (3, TINY.hidden_dim) and np.isnan(vectors[1]).all()
 
 
 def test_csv_with_quoted_fields_keeps_columns(tmp_path, ckpt):

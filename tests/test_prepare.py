@@ -21,8 +21,10 @@ def assert_batches_equal(a, b):
     for f in fields(a):
         left, right = getattr(a, f.name), getattr(b, f.name)
         assert (left is None) == (right is None), f.name
-        if left is not None:
+        if isinstance(left, torch.Tensor):
             assert left.dtype == right.dtype and torch.equal(left, right), f.name
+        else:  # plain values the collator states (the hop-block layout)
+            assert left == right, f.name
 
 
 def test_prepared_batches_equal_collating_the_pyg_graphs():
@@ -62,10 +64,10 @@ def test_packed_hop_lists_are_compact_and_other_layouts_survive():
     assert packed["hop_index"] is None and packed["hop_edge"].dtype == np.int32
     assert len(packed["hop_pair"]) < len(batch.hop_pair)
     assert_batches_equal(unpack_batch(packed), batch)
-    # a layout that is not hop-major is sent as it is
+    # a layout that is not hop-major (the batch states no hop counts) is sent as it is
     order = torch.randperm(len(batch.hop_pair), generator=torch.Generator().manual_seed(0))
     shuffled = replace(batch, hop_pair=batch.hop_pair[order], hop_index=batch.hop_index[order],
-                       hop_edge=batch.hop_edge[order])
+                       hop_edge=batch.hop_edge[order], hop_counts=None)
     packed = pack_batch(shuffled)
     assert "hop_blocks" not in packed
     assert_batches_equal(unpack_batch(packed), shuffled)

@@ -11,9 +11,10 @@ from graphormer_sepnorm.cli import main, resolve_last
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # 12 training graphs in batches of 4: 3 steps an epoch, 9 in 3 epochs; dropout stays on (0.1).
-TINY = ["--model.num_layers", "2", "--model.hidden_dim", "16", "--model.ffn_dim", "16",
-        "--model.num_heads", "4", "--data.batch_size", "4", "--trainer.enable_progress_bar",
-        "false", "--trainer.enable_model_summary", "false", "--trainer.max_epochs", "3",
+TINY = ["--model.config.num_layers", "2", "--model.config.hidden_dim", "16",
+        "--model.config.ffn_dim", "16", "--model.config.num_heads", "4", "--data.batch_size", "4",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        "--trainer.max_epochs", "3",
         "--trainer.max_steps", "-1", "--trainer.val_check_interval", "null",
         "--trainer.check_val_every_n_epoch", "1", "--model.warmup_steps", "2",
         "--model.total_steps", "9"]

@@ -8,7 +8,7 @@ from rdkit import Chem
 
 from graphormer_sepnorm.data import GraphormerCollator
 from graphormer_sepnorm.featurizers import ZincFeaturizer
-from graphormer_sepnorm.nn import Graphormer
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
 from graphormer_sepnorm.viz import (
     _atom_colours,
     atom_scores_grid,
@@ -25,8 +25,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def test_graph_token_attention_per_atom():
-    model = Graphormer(ATOM_DIMS, BOND_DIMS, num_layers=2, hidden_dim=16, ffn_dim=16,
-                       num_heads=4).train()
+    model = Graphormer(GraphormerConfig(ATOM_DIMS, BOND_DIMS, num_layers=2, hidden_dim=16,
+                                        ffn_dim=16, num_heads=4)).train()
     batch = GraphormerCollator()([random_graph(5, 0, p=0.5), random_graph(8, 1, p=0.3)])
     scores = graph_token_attention(model, batch)
     assert [len(s) for s in scores] == [5, 8]

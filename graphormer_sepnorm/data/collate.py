@@ -8,7 +8,7 @@ for batches mixing small and large molecules.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -39,6 +39,11 @@ class GraphormerBatch:
         hop_index: ``[M]`` long: which hop it is, 0 for the edge next to ``i``.
         hop_edge: ``[M]`` long: the edge taken at that hop (row of ``edge_attr``).
         y: ``[B, num_tasks]`` float targets, or ``None``.
+        hop_counts: the hop lists' layout when it is hop-major with nested pair prefixes, as
+            the collator builds it: ``hop_counts[k]`` hops have hop index ``k``, they come after
+            those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.
+            ``None`` when the lists are in any other order. Plain ints: reading it never
+            synchronizes with a device.
     """
 
     x: Tensor
@@ -52,6 +57,7 @@ class GraphormerBatch:
     hop_index: Tensor
     hop_edge: Tensor
     y: Tensor | None = None
+    hop_counts: tuple[int, ...] | None = None
 
     @property
     def num_graphs(self) -> int:
@@ -60,22 +66,18 @@ class GraphormerBatch:
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphormerBatch:
         """Returns a copy with every tensor moved to ``device``."""
-        return GraphormerBatch(
-            **{
-                f.name: None if (v := getattr(self, f.name)) is None
-                else v.to(device, non_blocking=non_blocking)
-                for f in fields(self)
-            }
-        )
+        return self._map(lambda v: v.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> GraphormerBatch:
         """Pins every tensor (used by ``DataLoader(pin_memory=True)``)."""
-        return GraphormerBatch(
-            **{
-                f.name: None if (v := getattr(self, f.name)) is None else v.pin_memory()
-                for f in fields(self)
-            }
-        )
+        return self._map(lambda v: v.pin_memory())
+
+    def _map(self, move: Callable[[Tensor], Tensor]) -> GraphormerBatch:
+        """A copy with ``move`` applied to every tensor field."""
+        return GraphormerBatch(**{
+            f.name: move(v) if isinstance(v := getattr(self, f.name), Tensor) else v
+            for f in fields(self)
+        })
 
 
 def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -187,6 +189,7 @@ class GraphormerCollator:
             hop_index=t(hop_index),
             hop_edge=t(hop_edge),
             y=_stack_targets(graphs),
+            hop_counts=tuple(np.bincount(hop_index).tolist()) if len(hop_index) else (),
         )
 
 

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphormer_sepnorm.nn.dropout import dropout
-from graphormer_sepnorm.nn.head_major import (
-    attend_groups_fused,
-    attend_head_major,
-    head_minor_rows,
-)
-from graphormer_sepnorm.nn.size_groups import SizeGroups
-
 
 class BiasedMultiheadAttention(nn.Module):
-    """Self-attention whose scores get an additive bias ``[B, H, L, L]`` before the softmax.
+    """Self-attention whose scores get an additive bias before the softmax.
 
-    Uses ``F.scaled_dot_product_attention`` on GPUs (fused kernels; the float bias is
-    differentiable) and :func:`~graphormer_sepnorm.nn.attention_core.biased_attention` on the
-    CPU. With ``need_weights`` the scores are computed explicitly so the attention
-    probabilities can be returned, e.g. for plotting the graph token's attention to atoms.
+    ``softmax(q k^T / sqrt(d) + bias) v`` per head, then the output projection. The bias
+    ``[B, H, L, L]`` carries Graphormer's structure (spatial, edge and graph-token terms) and
+    ``-inf`` on padded keys. By default ``F.scaled_dot_product_attention`` computes it (its
+    fused kernels where they apply; the float bias is differentiable); with ``need_weights``
+    the same is computed explicitly so the probabilities can be returned, e.g. to plot the
+    graph token's attention to the atoms.
 
     Args:
         dim: model size ``D``.
@@ -29,8 +22,17 @@ class BiasedMultiheadAttention(nn.Module):
         dropout: dropout on the attention probabilities. Default: 0.0.
 
     Shapes:
-        ``x`` ``[B, L, D]``, ``bias`` ``[B, H, L, L]`` -> ``[B, L, D]`` and, with
-        ``need_weights``, the probabilities ``[B, H, L, L]``.
+        ``x`` ``[B, L, D]``, ``bias`` ``[B, H, L, L]`` -> ``[B, Lq, D]`` and, with
+        ``need_weights``, the probabilities ``[B, H, Lq, L]`` (``Lq = L`` unless
+        ``num_queries``).
+
+    Examples:
+        >>> import torch
+        >>> attention = BiasedMultiheadAttention(dim=16, num_heads=4)
+        >>> x, bias = torch.randn(2, 5, 16), torch.zeros(2, 4, 5, 5)
+        >>> out, weights = attention(x, bias, need_weights=True)
+        >>> out.shape, weights.shape
+        (torch.Size([2, 5, 16]), torch.Size([2, 4, 5, 5]))
     """
 
     def __init__(self, dim: int, num_heads: int, dropout: float = 0.0) -> None:
@@ -43,92 +45,24 @@ class BiasedMultiheadAttention(nn.Module):
         self.out = nn.Linear(dim, dim)
 
     def forward(self, x: Tensor, bias: Tensor, need_weights: bool = False,
-                num_queries: int | None = None, groups: SizeGroups | None = None,
-                group_bias: list[Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+                num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:
         """Attends; see the class docstring for shapes.
 
         With ``num_queries`` only the first positions attend (keys and values are still all of
-        ``x``); the output is then ``[B, num_queries, D]``. The last layer needs only the graph
-        token when the model just predicts. Only those rows of ``bias`` are read, so it may be
-        ``[B, H, num_queries, L]``.
-
-        With ``groups`` (and ``group_bias = groups.split_bias(bias)``, or the same built
-        directly by :func:`~graphormer_sepnorm.nn.group_bias.group_biases`) attention runs per
-        group of similar-sized graphs, each cut to its own length (see
-        :mod:`~graphormer_sepnorm.nn.size_groups`); positions past a group's length get zeros,
-        and ``bias`` is not read when ``group_bias`` is given. Ignored with ``need_weights`` or
-        ``num_queries``.
+        ``x``): the last layer needs only the graph token when the model just predicts. Only
+        those rows of ``bias`` are read, so it may be ``[B, H, num_queries, L]``.
         """
-        if x.device.type == "cpu" and not need_weights:
-            return self._attend_cpu(x, bias, num_queries, groups, group_bias), None
-        out, weights = self._attend(x, bias, need_weights, num_queries)
-        return self.out(out), weights
-
-    def _attend_cpu(self, x: Tensor, bias: Tensor, num_queries: int | None,
-                    groups: SizeGroups | None, group_bias: list[Tensor] | None) -> Tensor:
-        """The CPU path: head-major blocks (see :mod:`~graphormer_sepnorm.nn.head_major`).
-
-        SDPA on the CPU is slower at head dim 10 (12 against 9 ms for 128 graphs of 29 tokens)
-        and with dropout falls back to an unfused kernel keeping three score-sized tensors.
-        """
-        heads = self.num_heads
-        p = self.dropout if self.training else 0.0
-        if groups is None or num_queries is not None:
-            queries = x.shape[1] if num_queries is None else num_queries
-            bias = bias[:, :, :queries].transpose(0, 1).reshape(-1, queries, x.shape[1])
-            return attend_head_major(x, *self._head_minor_projections(), bias, heads,
-                                     num_queries, p)
-        if group_bias is None:
-            group_bias = groups.split_bias(bias)
-        if groups.fused:
-            # the C kernel, all groups in one call; nn.Linear's row order, keys-first biases
-            rows = groups.rows if groups.rows is not None else groups.token_rows(x.device)
-            return attend_groups_fused(x, rows, self.qkv.weight, self.qkv.bias,
-                                       self.out.weight.t(), self.out.bias, group_bias,
-                                       groups.counts, groups.lengths, heads, p)
-        projections = self._head_minor_projections()
-        return groups.merge([attend_head_major(part, *projections, part_bias, heads, None, p)
-                             for part, part_bias in zip(groups.split(x), group_bias,
-                                                        strict=True)])
-
-    def attend_packed(self, x: Tensor, groups: SizeGroups, group_bias: list[Tensor]) -> Tensor:
-        """Attention on packed size groups ``x`` ``[T, D]`` through the fused C kernel.
-
-        ``x`` holds group after group, each graph cut to its group's length ``L_g`` (``T`` the
-        sum of ``B_g * L_g``, see :meth:`SizeGroups.token_rows`); ``group_bias`` as in
-        :meth:`forward`. Returns ``[T, D]``.
-        """
-        p = self.dropout if self.training else 0.0
-        return attend_groups_fused(x[None], None, self.qkv.weight, self.qkv.bias,
-                                   self.out.weight.t(), self.out.bias, group_bias,
-                                   groups.counts, groups.lengths, self.num_heads, p)[0]
-
-    def _head_minor_projections(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The torch path's weights: q/k/v and output rows reordered by head_minor_rows."""
-        heads = self.num_heads
-        return (head_minor_rows(self.qkv.weight, heads, 3),
-                head_minor_rows(self.qkv.bias, heads, 3),
-                head_minor_rows(self.out.weight.t(), heads, 1), self.out.bias)
-
-    def _attend(self, x: Tensor, bias: Tensor, need_weights: bool = False,
-                num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:
-        """Attention before the output projection: ``[B, Lq, D]`` and the weights, if asked."""
         b, length, dim = x.shape
         queries = length if num_queries is None else num_queries
-        bias = bias if num_queries is None else bias[:, :, :num_queries]
-        dropout_p = self.dropout if self.training else 0.0
         head_dim = dim // self.num_heads
-        qkv = self.qkv(x).view(b, length, 3, self.num_heads, head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        q = q[:, :, :queries]
-        if not need_weights:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype),
-                                                 dropout_p=dropout_p)
-            return out.transpose(1, 2).reshape(b, queries, dim), None
-        scores = torch.baddbmm(bias.reshape(-1, queries, length),
-                               q.reshape(-1, queries, head_dim),
-                               k.reshape(-1, length, head_dim).transpose(1, 2),
-                               alpha=head_dim**-0.5)
-        weights = scores.softmax(-1).view(b, self.num_heads, queries, length)
-        out = dropout(weights, dropout_p) @ v
-        return out.transpose(1, 2).reshape(b, queries, dim), weights
+        dropout_p = self.dropout if self.training else 0.0
+        q, k, v = self.qkv(x).view(b, length, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4)
+        q, bias = q[:, :, :queries], bias[:, :, :queries].to(q.dtype)
+        weights = None
+        if need_weights:
+            scores = (q @ k.transpose(-1, -2)) * head_dim**-0.5 + bias
+            weights = scores.softmax(-1)
+            out = F.dropout(weights, dropout_p) @ v
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+        return self.out(out.transpose(1, 2).reshape(b, queries, dim)), weights

@@ -26,6 +26,11 @@ class SpatialEncoder(nn.Module):
 
     Shapes:
         ``spd`` ``[P]`` long -> ``[P, H]``.
+
+    Examples:
+        >>> spatial = SpatialEncoder(num_heads=4, max_distance=8)
+        >>> spatial(torch.tensor([0, 1, 8, 20, -1])).shape  # 20 shares 8's bucket
+        torch.Size([5, 4])
     """
 
     def __init__(self, num_heads: int, max_distance: int = 64) -> None:
@@ -44,100 +49,15 @@ class SpatialEncoder(nn.Module):
         return self.embedding(bucket)
 
 
-def hop_blocks(hop_pair: Tensor, hop_index: Tensor) -> list[int] | None:
-    """Hops per hop index when the lists are hop-major with nested pair prefixes, else None.
-
-    The collator lists every pair's hop 0, then hop 1, ...; the pairs with a hop ``k`` are the
-    first ones of those with hop ``k - 1`` (pairs sorted by decreasing distance).
-    """
-    if not len(hop_index) or bool((hop_index[1:] < hop_index[:-1]).any()):
-        return None
-    counts = torch.bincount(hop_index).tolist()
-    first, start = hop_pair[: counts[0]], 0
-    for count in counts:
-        if count > len(first) or not torch.equal(hop_pair[start:start + count], first[:count]):
-            return None
-        start += count
-    return counts
-
-
-def sum_hops_by_pair(num_pairs: int, table: Tensor, rows: Tensor, hop_pair: Tensor,
-                     hop_index: Tensor, blocks: list[int] | None = None) -> Tensor:
-    """Each pair's sum of its hops' table rows: ``index_add(0, hop_pair, table[rows])``.
-
-    On the CPU a scatter-add into pairs in random order is slow (42-55 ms for a batch of 256
-    ZINC molecules against 11 ms this way, measured on one core). With the collator's
-    hop-major layout the hops of block ``k`` line up with the first pairs of block 0, so each
-    block is gathered and added as a slice, and block 0 holds each pair once, so the sums are
-    copied to their rows, not added. Other layouts, and other devices, take ``index_add``.
-    ``blocks`` (from :func:`hop_blocks`) skips finding the layout again.
-
-    Shapes:
-        ``table`` ``[R, H]``; ``rows``, ``hop_pair``, ``hop_index`` ``[M]`` -> ``[num_pairs, H]``.
-    """
-    out = table.new_zeros(num_pairs, table.shape[1])
-    if blocks is None and table.device.type == "cpu":
-        blocks = hop_blocks(hop_pair, hop_index)
-    if blocks is None:
-        return out.index_add(0, hop_pair, table.index_select(0, rows))
-    return out.index_copy(0, hop_pair[: blocks[0]], _GatherSumHopBlocks.apply(table, rows, blocks))
-
-
-class _GatherSumHopBlocks(torch.autograd.Function):
-    """``[blocks[0], H]``: row ``r`` sums ``table[rows[start_k + r]]`` over the blocks ``k``.
-
-    Gathers block by block, and its backward adds each block's gradient straight into the
-    table's: autograd through a gather and slices would materialize ``[M, H]`` twice (the
-    gathered rows, then one zero gradient per block: K full-size fills and adds, a quarter of a
-    ZINC training step, measured) before scattering it.
-    """
-
-    @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, table: Tensor, rows: Tensor,
-                blocks: list[int]) -> Tensor:
-        ctx.blocks, ctx.num_rows = blocks, table.shape[0]  # type: ignore[attr-defined]
-        ctx.save_for_backward(rows)
-        summed, start = table.index_select(0, rows[: blocks[0]]), blocks[0]
-        for count in blocks[1:]:
-            summed[:count] += table.index_select(0, rows[start:start + count])
-            start += count
-        return summed
-
-    @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor
-                 ) -> tuple[Tensor, None, None]:
-        (rows,) = ctx.saved_tensors
-        blocks: list[int] = ctx.blocks  # type: ignore[attr-defined]
-        table_grad, start = grad.new_zeros(ctx.num_rows, grad.shape[1]), 0  # type: ignore[attr-defined]
-        for count in blocks:
-            table_grad.index_add_(0, rows[start:start + count], grad[:count])
-            start += count
-        return table_grad, None, None
-
-
-def _hops_below(k: int, hop_edge: Tensor, hop_index: Tensor, hop_pair: Tensor
-                ) -> tuple[Tensor, Tensor, Tensor, list[int] | None]:
-    """The hop lists cut to hop indices below ``k``, and their blocks (CPU hop-major layout).
-
-    In the collator's hop-major layout these hops are a prefix: slicing it is free where boolean
-    masks cost ~5 ms each per 256 ZINC molecules (measured).
-    """
-    blocks = hop_blocks(hop_pair, hop_index) if hop_index.device.type == "cpu" else None
-    if blocks is None:
-        used = hop_index < k
-        return hop_edge[used], hop_index[used], hop_pair[used], None
-    kept = sum(blocks[:k])
-    return hop_edge[:kept], hop_index[:kept], hop_pair[:kept], blocks[:k]
-
-
 class EdgePathEncoder(nn.Module):
     """Graphormer's edge encoding along shortest paths.
 
     ``multi_hop``: each edge is embedded per head (mean over its feature columns), hop ``k`` of
     the path is multiplied by its own learned ``H x H`` matrix, and the hops are summed and divided
-    by the path length (capped at ``K``). The matrices are folded into a ``[K * E, H]`` table
-    first, so each hop is one row gathered from it and summed into its pair: nothing of size
-    ``[pairs, K, H]`` is materialized, and work is proportional to the hops that exist.
+    by the path length (capped at ``K``):
+    ``bias(i, j) = 1 / min(d_ij, K) * sum_{k < min(d_ij, K)} w_k^T emb(e_k)``.
+    The matrices are folded into a ``[K * E, H]`` table (:meth:`hop_table`), so each hop is one
+    row gathered from it and summed into its pair.
     ``simple``: only directly bonded pairs get their bond's embedding.
 
     Args:
@@ -168,23 +88,39 @@ class EdgePathEncoder(nn.Module):
         self.edge_embedding.reset_parameters()
         nn.init.normal_(self.hop_weight, std=0.02)
 
+    def hop_table(self, edge_attr: Tensor) -> Tensor:
+        """Each (hop, edge)'s bias ``[K * E, H]``: row ``k * E + e`` is edge ``e`` at hop ``k``.
+
+        The per-hop matrices folded into the edge embeddings, so each hop of a path is one row.
+        """
+        edges = self.edge_embedding(edge_attr)  # [E, H]
+        return torch.einsum("eh,khg->keg", edges, self.hop_weight).reshape(-1, edges.shape[1])
+
     def forward(self, edge_attr: Tensor, hop_edge: Tensor, hop_index: Tensor, hop_pair: Tensor,
                 spd: Tensor) -> Tensor:
-        """Edge bias of every pair; see the class docstring for shapes."""
-        k = self.multi_hop_max_dist
-        edges = self.edge_embedding(edge_attr)  # [E, H]
-        heads = edges.shape[1]
+        """Edge bias of every pair; see the class docstring for shapes.
+
+        Examples:
+            >>> encoder = EdgePathEncoder([4], num_heads=2, multi_hop_max_dist=2)
+            >>> # one path 0 -> 1 -> 2: pair 0 is (0, 2) at distance 2, its hops edges 0 and 2
+            >>> out = encoder(torch.tensor([[1], [1], [3], [3]]), hop_edge=torch.tensor([0, 2]),
+            ...               hop_index=torch.tensor([0, 1]), hop_pair=torch.tensor([0, 0]),
+            ...               spd=torch.tensor([2]))
+            >>> out.shape
+            torch.Size([1, 2])
+        """
+        k, num_edges = self.multi_hop_max_dist, len(edge_attr)
         if self.encoding == "simple":
-            direct = spd[hop_pair] == 1
-            return edges.new_zeros(len(spd), heads).index_add(
-                0, hop_pair[direct], edges[hop_edge[direct]])
-        hop_edge, hop_index, hop_pair, blocks = _hops_below(k, hop_edge, hop_index, hop_pair)
-        # Hop-major table [K * E, H]: the collator lists hops hop-major, so each block of
-        # lookups stays within E rows (cache-resident); edge-major rows made the gather 2.8x
-        # and its backward scatter 1.3x slower on one core (measured on a ZINC batch).
-        table = torch.einsum("eh,khg->keg", edges, self.hop_weight).reshape(-1, heads)
-        rows = hop_index * len(edges) + hop_edge
-        out = sum_hops_by_pair(len(spd), table, rows, hop_pair, hop_index, blocks)
+            edges = self.edge_embedding(edge_attr)
+            direct = ((hop_index == 0) & (spd[hop_pair] == 1)).unsqueeze(1)
+            return edges.new_zeros(len(spd), edges.shape[1]).index_add(
+                0, hop_pair, edges[hop_edge] * direct)
+        table = self.hop_table(edge_attr)
+        # hops past K count for nothing; a product, not a boolean selection, keeps this free of
+        # host synchronization (the collator usually keeps no more than K hops anyway)
+        kept = (hop_index < k).unsqueeze(1).to(table.dtype)
+        rows = hop_index.clamp(max=k - 1) * num_edges + hop_edge
+        out = table.new_zeros(len(spd), table.shape[1]).index_add(0, hop_pair, table[rows] * kept)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
 
@@ -214,7 +150,21 @@ class AttentionBias(nn.Module):
         edge_encoding: see :class:`EdgePathEncoder`.
 
     Shapes:
-        output ``[B, H, 1 + N, 1 + N]``.
+        a :class:`~graphormer_sepnorm.data.collate.GraphormerBatch` (``node_mask``,
+        ``pair_slot``, ``pair_spd``, ``edge_attr`` and the hop lists) -> ``[B, H, 1 + N, 1 + N]``.
+
+    Examples:
+        >>> from torch_geometric.data import Data
+        >>> from graphormer_sepnorm.data.collate import GraphormerCollator
+        >>> pair = Data(x=torch.zeros(2, 1, dtype=torch.long), edge_index=torch.tensor([[0, 1],
+        ...             [1, 0]]), edge_attr=torch.zeros(2, 1, dtype=torch.long))
+        >>> atom = Data(x=torch.zeros(1, 1, dtype=torch.long),
+        ...             edge_index=torch.zeros(2, 0, dtype=torch.long),
+        ...             edge_attr=torch.zeros(0, 1, dtype=torch.long))
+        >>> bias = AttentionBias(num_heads=2, edge_feature_dims=[4])(
+        ...     GraphormerCollator()([pair, atom]))
+        >>> bias.shape, bool(bias[1, :, :, 2].isinf().all())  # the lone atom's padded key
+        (torch.Size([2, 2, 3, 3]), True)
     """
 
     def __init__(self, num_heads: int, edge_feature_dims: Sequence[int], max_distance: int = 64,

@@ -24,6 +24,11 @@ class FeatureEmbedding(nn.Module):
 
     Shapes:
         input ``[T, F]`` long -> output ``[T, D]``.
+
+    Examples:
+        >>> embed = FeatureEmbedding([5, 3], dim=8)  # two columns: 5 and 3 values
+        >>> embed(torch.tensor([[4, 0], [1, 2]])).shape
+        torch.Size([2, 8])
     """
 
     def __init__(self, feature_dims: Sequence[int], dim: int, mode: str = "sum") -> None:
@@ -68,6 +73,11 @@ class DegreeEncoder(nn.Module):
 
     Shapes:
         ``degree`` ``[T]`` long -> ``[T, D]``.
+
+    Examples:
+        >>> encoder = DegreeEncoder(dim=8, max_degree=4)
+        >>> torch.equal(encoder(torch.tensor([4])), encoder(torch.tensor([9])))  # capped
+        True
     """
 
     def __init__(self, dim: int, max_degree: int = 64) -> None:

@@ -8,20 +8,14 @@ is the baseline.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphormer_sepnorm.nn.config import NormKind
 from graphormer_sepnorm.nn.distributed import global_batch_moments, is_distributed
-from graphormer_sepnorm.nn.fused_sepnorm import (
-    layer_norm_batch_norm_first,
-    layer_norm_batch_norm_rows,
-)
-
-NormKind = Literal["batch", "layer", "none"]
-NormSite = Literal["attn", "ffn", "final"]
 
 
 class _FloatStatistics(nn.BatchNorm1d):
@@ -76,14 +70,14 @@ class GraphTokenBatchNorm(_FloatStatistics):
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes ``x`` of shape ``[B, D]``."""
-        with torch.autocast(x.device.type, enabled=False):
-            x32 = x.to(_statistics_dtype(x))
-            if self.synchronized():
-                out = self._global_batch_norm(x32)
-            elif self.uses_batch_statistics(x.shape[0]):
-                out = super().forward(x32)
-            else:
-                out = self._running_norm(x32)
+        # autocast casts none of these operations to a lower precision: float32 in, float32 out
+        x32 = x.to(_statistics_dtype(x))
+        if self.synchronized():
+            out = self._global_batch_norm(x32)
+        elif self.uses_batch_statistics(x.shape[0]):
+            out = super().forward(x32)
+        else:
+            out = self._running_norm(x32)
         return out.to(x.dtype)
 
     def synchronized(self) -> bool:
@@ -121,8 +115,7 @@ class MaskedBatchNorm(_FloatStatistics):
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         out = torch.zeros_like(x)
-        with torch.autocast(x.device.type, enabled=False):
-            out[mask] = super().forward(x[mask].to(_statistics_dtype(x))).to(x.dtype)
+        out[mask] = super().forward(x[mask].to(_statistics_dtype(x))).to(x.dtype)
         return out
 
 
@@ -159,6 +152,13 @@ class SepNorm(nn.Module):
     Shapes:
         ``x``: ``[B, 1 + N, D]``; ``node_mask``: ``[B, N]`` bool (true for real atoms).
         Output: ``[B, 1 + N, D]``.
+
+    Examples:
+        >>> import torch
+        >>> norm = SepNorm(dim=8)  # BatchNorm for position 0, LayerNorm for the atoms
+        >>> out = norm(torch.randn(4, 6, 8))
+        >>> out.shape, round(float(out[:, 0].detach().mean(0).abs().max()), 4)
+        (torch.Size([4, 6, 8]), 0.0)
     """
 
     def __init__(self, dim: int, cls_norm: NormKind = "batch", tok_norm: NormKind = "layer",
@@ -172,49 +172,19 @@ class SepNorm(nn.Module):
 
     def forward(self, x: Tensor, node_mask: Tensor | None = None) -> Tensor:
         """Normalizes ``x``; see the class docstring for shapes."""
-        if self._fusable(x):
-            cls_norm = self.cls_norm
-            return layer_norm_batch_norm_first(  # type: ignore[arg-type]
-                x, self.tok_norm, cls_norm, cls_norm.uses_batch_statistics(x.shape[0]))
-        if isinstance(self.tok_norm, MaskedBatchNorm) and x.shape[1] > 1:
+        graph_token = self.cls_norm(x[:, 0]).unsqueeze(1)
+        if x.shape[1] == 1:
+            return graph_token
+        if isinstance(self.tok_norm, MaskedBatchNorm):
             atoms = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
             atoms[:, 0] = False
             if node_mask is not None:
-                atoms[:, 1:] = node_mask
-            out = self.tok_norm(x, atoms)
-        elif isinstance(self.tok_norm, (nn.Identity, MaskedBatchNorm)):
-            out = x.clone()
+                atoms[:, 1:] = node_mask[:, : x.shape[1] - 1]
+            atoms_out = self.tok_norm(x, atoms)
         else:
-            # Position 0 goes through the token norm too and is then overwritten: cheaper than
-            # slicing and concatenating, and LayerNorm's backward does not need its output.
-            out = self.tok_norm(x)
-        out[:, 0] = self.cls_norm(x[:, 0])
-        return out
-
-    def normalize_rows(self, x: Tensor, graph_rows: Tensor) -> Tensor:
-        """Normalizes tokens as rows ``x`` ``[T, D]``; ``graph_rows`` ``[B]`` are graph tokens.
-
-        The CPU path's packed size groups (see :meth:`Graphormer.encode`); needs a per-token
-        ``tok_norm`` (``'layer'``): padding rows are normalized too and read by nothing.
-        """
-        if self._fusable(x):
-            cls_norm = self.cls_norm
-            return layer_norm_batch_norm_rows(  # type: ignore[arg-type]
-                x, graph_rows, self.tok_norm, cls_norm,
-                cls_norm.uses_batch_statistics(len(graph_rows)))
-        if not isinstance(self.tok_norm, nn.LayerNorm):
-            raise ValueError("normalize_rows needs tok_norm='layer'")
-        return self.tok_norm(x).index_copy(0, graph_rows,
-                                           self.cls_norm(x.index_select(0, graph_rows)))
-
-    def _fusable(self, x: Tensor) -> bool:
-        """Whether the default pair can run as one Function (see :mod:`.fused_sepnorm`)."""
-        cls_norm = self.cls_norm
-        return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
-                and isinstance(cls_norm, GraphTokenBatchNorm) and cls_norm.momentum is not None
-                and type(self.tok_norm) is nn.LayerNorm
-                and not torch.is_autocast_enabled("cpu")
-                and not cls_norm.synchronized())
+            atoms_out = self.tok_norm(x)
+        # position 0 of the token norm's output is replaced; a cat keeps autograd out-of-place
+        return torch.cat([graph_token, atoms_out[:, 1:]], dim=1)
 
 
 class ShareNorm(nn.LayerNorm):
@@ -222,10 +192,6 @@ class ShareNorm(nn.LayerNorm):
 
     def forward(self, x: Tensor, node_mask: Tensor | None = None) -> Tensor:  # type: ignore[override]
         """Normalizes every position of ``x``; ``node_mask`` is accepted and unused."""
-        return super().forward(x)
-
-    def normalize_rows(self, x: Tensor, graph_rows: Tensor) -> Tensor:
-        """Normalizes tokens as rows ``x`` ``[T, D]`` (``graph_rows`` is unused)."""
         return super().forward(x)
 
 

@@ -2,8 +2,10 @@
 
 A checkpoint is a ``torch.save``-d dict with ``state_dict`` and ``hyper_parameters`` (what
 Lightning writes, or a plain dict made by hand). Everything prediction needs travels in it: the
-featurizer config, task and target names in ``hyper_parameters['dataset_info']``, the target
-scaler as buffers of the state dict.
+model's config in ``hyper_parameters['config']``, the featurizer config, task and target names
+in ``hyper_parameters['dataset_info']``, the target scaler as buffers of the state dict.
+Checkpoints of the previous format are upgraded as they load
+(:mod:`~graphormer_sepnorm.training.checkpoint_format`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import torch
 
+from graphormer_sepnorm.training.checkpoint_format import upgrade
 from graphormer_sepnorm.training.module import GraphormerModule
 
 #: Checkpoints shipped inside the package, by name: ``graphormer_sepnorm/checkpoints/<name>.ckpt``.
@@ -86,14 +89,21 @@ def _load_weights_only(path: Path, map_location: Any) -> dict[str, Any]:
 def module_from_payload(payload: dict[str, Any], source: str = "checkpoint") -> GraphormerModule:
     """Builds ``GraphormerModule(**hyper_parameters)``, loads the weights, eval mode.
 
-    Lightning's private keys (``_instantiator``, ``_class_path``, any ``_``-prefixed one) are
-    dropped.
+    The payload is upgraded to the current format first. Lightning's private keys
+    (``_instantiator``, ``_class_path``, any ``_``-prefixed one) are dropped, and so is the
+    backend the model was trained with: the module runs with ``backend='auto'``, the choice for
+    the machine it is loaded on.
 
     Raises:
         CheckpointError: Hyper-parameters or weights that do not fit this code.
     """
+    try:
+        payload = upgrade(payload)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{source} has hyper-parameters this version of "
+                              f"graphormer-sepnorm cannot read: {e}") from None
     hparams = {k: v for k, v in dict(payload["hyper_parameters"]).items()
-               if not str(k).startswith("_")}
+               if not str(k).startswith("_") and k != "backend"}
     info = hparams.get("dataset_info")
     if not isinstance(info, dict) or "featurizer" not in info:
         raise CheckpointError(f"{source} has no featurizer in hyper_parameters['dataset_info']; "
@@ -133,7 +143,8 @@ def export_checkpoint(source: str | Path, destination: str | Path,
                       card: dict[str, Any] | None = None) -> Path:
     """Writes a prediction-only copy of a training checkpoint: weights and hyper-parameters.
 
-    Optimizer, scheduler and loop states are dropped (they triple a checkpoint's size and
+    The copy is in the current format (a source of the previous one is upgraded). Optimizer,
+    scheduler and loop states are dropped (they triple a checkpoint's size and
     prediction never needs them); ``card`` (plain values: data, config, metrics) is kept as
     ``model_card``. The source is read with ``weights_only=True`` like any checkpoint.
 
@@ -145,7 +156,7 @@ def export_checkpoint(source: str | Path, destination: str | Path,
     Returns:
         ``destination`` as a path.
     """
-    payload = _load_weights_only(Path(source), "cpu")
+    payload = upgrade(_load_weights_only(Path(source), "cpu"))
     module_from_payload(payload, str(source))  # refuse what prediction could not load
     slim = {"state_dict": payload["state_dict"],
             "hyper_parameters": {k: v for k, v in dict(payload["hyper_parameters"]).items()

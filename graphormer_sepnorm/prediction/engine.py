@@ -85,7 +85,7 @@ class Predictor:
         self.module = module.to(self.device).eval()
         self.columns = prediction_columns(info)
         self.batch_size = batch_size
-        self.collator = GraphormerCollator(module.hparams["multi_hop_max_dist"])
+        self.collator = GraphormerCollator(module.config.multi_hop_max_dist)
         self.num_workers = num_workers
         self._pool: Any = None
 
@@ -105,7 +105,7 @@ class Predictor:
     @property
     def embedding_dim(self) -> int:
         """Width ``D`` of the graph-token embeddings."""
-        return int(self.module.hparams["hidden_dim"])
+        return self.module.config.hidden_dim
 
     def _outputs(self, emb: torch.Tensor) -> torch.Tensor:
         """Same as ``GraphormerModule.forward`` from the graph-token embeddings."""

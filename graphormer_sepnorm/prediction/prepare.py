@@ -20,7 +20,6 @@ from torch import Tensor
 from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
 from graphormer_sepnorm.data.shortest_paths import batched_shortest_paths
 from graphormer_sepnorm.featurizers import Featurizer, featurize_many, featurizer_from_config
-from graphormer_sepnorm.nn.bias_encoders import hop_blocks
 
 PackedBatch = dict[str, np.ndarray | None]
 
@@ -131,9 +130,9 @@ def pack_batch(batch: GraphormerBatch) -> PackedBatch:
     per hop, and ``hop_index`` is the block number: the first block and the block sizes say
     the same in about a sixth of the bytes (ZINC).
     """
-    arrays = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    blocks = hop_blocks(batch.hop_pair, batch.hop_index)
-    if blocks is not None:
+    arrays = {f.name: getattr(batch, f.name) for f in fields(batch) if f.name != "hop_counts"}
+    blocks = batch.hop_counts
+    if blocks:
         arrays["hop_pair"] = batch.hop_pair[: blocks[0]]
         arrays["hop_index"] = None
         arrays["hop_blocks"] = torch.tensor(blocks, dtype=torch.long)
@@ -144,11 +143,15 @@ def unpack_batch(arrays: PackedBatch) -> GraphormerBatch:
     """Inverse of :func:`pack_batch`."""
     tensors = {k: None if v is None else _widen(torch.from_numpy(v)) for k, v in arrays.items()}
     blocks = tensors.pop("hop_blocks", None)
-    if blocks is not None:  # never empty: hop_blocks gives None for no hops
+    if blocks is not None:  # never empty: packed only for a non-empty layout
         first = tensors["hop_pair"]
         tensors["hop_pair"] = torch.cat([first[:count] for count in blocks.tolist()])
         tensors["hop_index"] = torch.repeat_interleave(torch.arange(len(blocks)), blocks)
-    return GraphormerBatch(**tensors)
+    if blocks is not None:
+        hop_counts: tuple[int, ...] | None = tuple(blocks.tolist())
+    else:  # no hops, or a layout that was not hop-major
+        hop_counts = () if not len(tensors["hop_index"]) else None
+    return GraphormerBatch(**tensors, hop_counts=hop_counts)
 
 
 def pack(chunk: PreparedChunk) -> Packed:

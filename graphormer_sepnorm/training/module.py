@@ -1,27 +1,30 @@
-"""Lightning training of Graphormer: losses, metrics, optimizer and schedule."""
+"""Lightning training of Graphormer: the task's loss and metrics, optimizer and schedule."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import LambdaLR
 from torchmetrics import MeanMetric, Metric
-from torchmetrics.classification import BinaryAUROC, MultilabelAUROC
-from torchmetrics.regression import MeanAbsoluteError
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.nn.model import NORM_SITES, Graphormer
-from graphormer_sepnorm.nn.sepnorm import NormKind, NormSite
+from graphormer_sepnorm.nn.backends import Backend, set_backend
+from graphormer_sepnorm.nn.config import GraphormerConfig
+from graphormer_sepnorm.nn.model import Graphormer
+from graphormer_sepnorm.training import checkpoint_format
+from graphormer_sepnorm.training.init_from import init_model_from
 from graphormer_sepnorm.training.metrics import ExtraMetrics
 from graphormer_sepnorm.training.schedule import resolve_warmup, warmup_polynomial_decay
+from graphormer_sepnorm.training.tasks import TASKS, make_task
 
-TaskType = Literal["regression", "binary"]
-METRIC_NAMES = {"regression": "mae", "binary": "roc_auc"}
+#: Graphormer-slim, the config's defaults.
+DEFAULT_CONFIG = GraphormerConfig()
 
 
 def _check_dataset_info(info: dict[str, Any] | None) -> dict[str, Any]:
@@ -31,36 +34,57 @@ def _check_dataset_info(info: dict[str, Any] | None) -> dict[str, Any]:
     missing = {"task", "target_names", "atom_feature_dims", "edge_feature_dims"} - set(info)
     if missing:
         raise ValueError(f"dataset_info lacks {sorted(missing)}")
-    if info["task"] not in METRIC_NAMES:
-        raise ValueError(f"unknown task {info['task']!r}; use one of {sorted(METRIC_NAMES)}")
+    if info["task"] not in TASKS:
+        raise ValueError(f"unknown task {info['task']!r}; use one of {sorted(TASKS)}")
     return info
+
+
+def model_config(config: GraphormerConfig | Mapping[str, Any] | None,
+                 info: Mapping[str, Any]) -> GraphormerConfig:
+    """``config`` (a dict is read with ``from_dict``) with the data's sizes from ``info``."""
+    if config is None:
+        config = GraphormerConfig()
+    elif isinstance(config, Mapping):
+        config = GraphormerConfig.from_dict(config)
+    return config.replace(atom_feature_dims=tuple(info["atom_feature_dims"]),
+                          edge_feature_dims=tuple(info["edge_feature_dims"]),
+                          num_tasks=len(info["target_names"]))
 
 
 class GraphormerModule(LightningModule):
     """Trains a :class:`~graphormer_sepnorm.nn.model.Graphormer` for regression or classification.
 
-    Regression uses the L1 loss and logs ``mae``; binary classification uses BCE with logits and
-    logs ``roc_auc`` (ROC-AUC averaged over tasks when there are several). Metrics are
-    torchmetrics objects, one per stage, logged as ``val/mae``, ``test/mae``, ``val/roc_auc``,
-    ``test/roc_auc``, with the losses as ``train/loss``, ``val/loss``, ``test/loss``. Beside
-    them (see :mod:`~graphormer_sepnorm.training.metrics`): ``rmse`` and ``r2`` for regression,
+    The task (:mod:`~graphormer_sepnorm.training.tasks`, from ``dataset_info['task']``) gives
+    the loss, the main metric and the predictions: regression uses the L1 loss and logs
+    ``mae``; binary classification uses BCE with logits and logs ``roc_auc`` (ROC-AUC averaged
+    over tasks when there are several). Metrics are torchmetrics objects, one per stage, logged
+    as ``val/mae``, ``test/mae``, ``val/roc_auc``, ``test/roc_auc``, with the losses as
+    ``train/loss``, ``val/loss``, ``test/loss``. Beside them (see
+    :mod:`~graphormer_sepnorm.training.metrics`): ``rmse`` and ``r2`` for regression,
     ``pr_auc`` for binary tasks, and per-target values (``test/rmse_<target>``) when there are
-    several targets; regression metrics are in the targets' units. The
-    optimizer is AdamW (its fused kernel on CPU and CUDA) with Graphormer's schedule (linear
-    warmup, polynomial decay).
+    several targets; regression metrics are in the targets' units. The optimizer is AdamW (its
+    fused kernel on CPU and CUDA) with Graphormer's schedule (linear warmup, polynomial decay).
 
-    Every argument is a plain value, so checkpoints load with ``weights_only=True`` and carry what
-    prediction needs (``dataset_info``: featurizer, task, target names; the target scaler as
-    buffers).
+    Every hyperparameter is stored as a plain value (the config as ``hparams['config']``, a
+    dict), so checkpoints load with ``weights_only=True`` and carry what prediction needs
+    (``dataset_info``: featurizer, task, target names; the target scaler as the task's
+    buffers). Checkpoints of the previous format load too
+    (:mod:`~graphormer_sepnorm.training.checkpoint_format`).
 
     Args:
         dataset_info: from the datamodule's ``dataset_info``: ``task`` (``'regression'`` or
             ``'binary'``), ``target_names``, ``atom_feature_dims``, ``edge_feature_dims`` and
             optionally ``featurizer`` (its config).
-        num_layers, hidden_dim, ffn_dim, num_heads, dropout, attention_dropout,
-        activation_dropout, max_degree, max_distance, multi_hop_max_dist, edge_encoding,
-        sepnorm, cls_norm, tok_norm, sepnorm_sites, sync_batch_norm: see
-            :class:`~graphormer_sepnorm.nn.model.Graphormer`.
+        config: the model's hyperparameters (a dict of them is accepted, as checkpoints store
+            it); ``atom_feature_dims``, ``edge_feature_dims`` and ``num_tasks`` are taken from
+            ``dataset_info``. Default: ``GraphormerConfig()`` (Graphormer-slim).
+        backend: how the model runs (:func:`~graphormer_sepnorm.nn.backends.set_backend`):
+            ``'auto'`` (default), ``'reference'`` or ``'cpu'``; the weights are the same.
+        init_from: a checkpoint whose model weights start this one at fit start (fine-tuning;
+            see :func:`~graphormer_sepnorm.training.init_from.init_model_from`): a head of
+            another shape and encoders of other feature dims start afresh. A resumed fit's
+            checkpoint, or one loaded with :meth:`load_from_checkpoint`, takes precedence.
+            ``None`` or ``'none'``: from scratch (default).
         lr: peak learning rate. Default: 2e-4.
         end_lr: learning rate at ``total_steps``. Default: 1e-9.
         weight_decay: AdamW's. Default: 0.01.
@@ -76,22 +100,9 @@ class GraphormerModule(LightningModule):
     def __init__(
         self,
         dataset_info: dict[str, Any] | None = None,
-        num_layers: int = 12,
-        hidden_dim: int = 80,
-        ffn_dim: int = 80,
-        num_heads: int = 8,
-        dropout: float = 0.1,
-        attention_dropout: float = 0.1,
-        activation_dropout: float = 0.1,
-        max_degree: int = 64,
-        max_distance: int = 64,
-        multi_hop_max_dist: int = 20,
-        edge_encoding: Literal["multi_hop", "simple"] = "multi_hop",
-        sepnorm: bool = True,
-        cls_norm: NormKind = "batch",
-        tok_norm: NormKind = "layer",
-        sepnorm_sites: list[NormSite] = list(NORM_SITES),  # noqa: B006 (plain, never mutated)
-        sync_batch_norm: bool = True,
+        config: GraphormerConfig = DEFAULT_CONFIG,
+        backend: Backend = "auto",
+        init_from: str | None = None,
         lr: float = 2e-4,
         end_lr: float = 1e-9,
         weight_decay: float = 0.01,
@@ -102,35 +113,52 @@ class GraphormerModule(LightningModule):
     ) -> None:
         super().__init__()
         info = _check_dataset_info(dataset_info)
-        self.save_hyperparameters()
-        self.task: TaskType = info["task"]
-        num_tasks = len(info["target_names"])
-        self.model = Graphormer(
-            info["atom_feature_dims"], info["edge_feature_dims"], num_tasks, num_layers,
-            hidden_dim, ffn_dim, num_heads, dropout, attention_dropout, activation_dropout,
-            max_degree, max_distance, multi_hop_max_dist, edge_encoding, sepnorm, cls_norm,
-            tok_norm, tuple(sepnorm_sites), sync_batch_norm,
-        )
-        self.register_buffer("target_mean", torch.zeros(num_tasks))
-        self.register_buffer("target_std", torch.ones(num_tasks))
-        self.metric_name = METRIC_NAMES[self.task]
-        self.val_metric = self._metric(num_tasks)
-        self.test_metric = self._metric(num_tasks)
-        self.val_extra = ExtraMetrics(self.task, info["target_names"])
-        self.test_extra = ExtraMetrics(self.task, info["target_names"])
+        config = model_config(config, info)
+        self.save_hyperparameters(ignore=["config"])
+        # the config as plain values, data sizes included: checkpoints load with weights_only
+        self.save_hyperparameters({"config": config.to_dict()})
+        self.model = set_backend(Graphormer(config), backend)
+        self.task = make_task(info["task"], info["target_names"])
+        self.val_metric = self.task.metric()
+        self.test_metric = self.task.metric()
+        self.val_extra = self.task.extra_metrics()
+        self.test_extra = self.task.extra_metrics()
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
+        self._weights_from_checkpoint = False
 
-    def _metric(self, num_tasks: int) -> Metric:
-        if self.task == "regression":
-            return MeanAbsoluteError()
-        return BinaryAUROC() if num_tasks == 1 else MultilabelAUROC(num_tasks)
+    @property
+    def config(self) -> GraphormerConfig:
+        """The model's hyperparameters (the data sizes filled in)."""
+        return self.model.config
 
     @property
     def dataset_info(self) -> dict[str, Any]:
         """What the model was trained on: task, target names, feature dims, featurizer."""
         return dict(self.hparams["dataset_info"])
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any,
+                             **kwargs: Any) -> GraphormerModule:
+        """Lightning's ``load_from_checkpoint``; a file of the previous format is upgraded.
+
+        For a local file, the checkpoint's config is read (upgraded if need be) and passed as
+        ``config`` unless given; the ``state_dict`` is upgraded in :meth:`on_load_checkpoint`.
+        """
+        local = isinstance(checkpoint_path, str | Path) and Path(checkpoint_path).is_file()
+        if "config" not in kwargs and local:
+            payload = torch.load(checkpoint_path, map_location="cpu", weights_only=True,
+                                 mmap=True)
+            if not checkpoint_format.is_current(payload):
+                hparams = checkpoint_format.upgrade_hparams(payload.get("hyper_parameters", {}))
+                kwargs["config"] = hparams["config"]
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Upgrades a checkpoint of the previous format in place, before its weights load."""
+        checkpoint.update(checkpoint_format.upgrade(checkpoint))
+        self._weights_from_checkpoint = True
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions in the targets' units (probabilities for classification), ``[B, T]``."""
@@ -138,51 +166,44 @@ class GraphormerModule(LightningModule):
 
     def to_predictions(self, out: Tensor) -> Tensor:
         """The head's outputs ``[B, T]`` in the targets' units (probabilities if binary)."""
-        out = out.float()
-        if self.task == "binary":
-            return torch.sigmoid(out)
-        return out * self.target_std + self.target_mean
+        return self.task.to_predictions(out.float())
 
     def setup(self, stage: str) -> None:
-        """At fit start: refuses size-grouped batches for BatchNorm, sets the target scaler."""
-        if stage == "fit":
-            _refuse_size_grouped_batch_norm(self.model, self.trainer.datamodule)
-        if stage != "fit" or not self.hparams["standardize_targets"] or self.task != "regression":
-            return
-        stats = getattr(self.trainer.datamodule, "target_statistics", None)
-        if stats is None:
-            raise ValueError("standardize_targets needs a datamodule with target_statistics()")
-        mean, std = stats()
-        self.target_mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
-        self.target_std.copy_(torch.as_tensor(std, dtype=torch.float32).clamp(min=1e-8))
+        """At fit start: refuses size-grouped batches for BatchNorm, loads ``init_from``.
 
-    def _loss(self, out: Tensor, y: Tensor) -> Tensor:
-        if self.task == "binary":
-            return F.binary_cross_entropy_with_logits(out, y)
-        return F.l1_loss(out, (y - self.target_mean) / self.target_std)
+        Also sets the target scaler when ``standardize_targets``.
+        """
+        if stage != "fit":
+            return
+        _refuse_size_grouped_batch_norm(self.model, self.trainer.datamodule)
+        init_from = self.hparams.get("init_from")
+        if init_from not in (None, "none") and not self._weights_from_checkpoint:
+            report = init_model_from(self.model, init_from)
+            if self.trainer.is_global_zero:
+                print(report, flush=True)
+        if self.hparams["standardize_targets"] and self.task.scales_targets:
+            stats = getattr(self.trainer.datamodule, "target_statistics", None)
+            if stats is None:
+                raise ValueError("standardize_targets needs a datamodule with "
+                                 "target_statistics()")
+            self.task.set_scaler(*stats())
 
     def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """One optimization step's loss."""
-        loss = self._loss(self.model(batch).float(), batch.y)
+        loss = self.task.loss(self.model(batch).float(), batch.y)
         self.log("train/loss", loss, batch_size=batch.num_graphs, prog_bar=True)
         return loss
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
                   loss: MeanMetric) -> None:
         out = self.model(batch).float()
-        loss.update(self._loss(out, batch.y), weight=batch.num_graphs)
+        loss.update(self.task.loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones
-        preds = out if self.task == "binary" else self.to_predictions(out)
+        preds = self.task.metric_inputs(out)
         (self.val_extra if stage == "val" else self.test_extra).update(preds, batch.y)
-        if self.task == "binary":
-            target = batch.y.long()
-            if out.shape[1] == 1:  # BinaryAUROC takes [B]; MultilabelAUROC [B, T]
-                preds, target = preds[:, 0], target[:, 0]
-            metric.update(preds, target)
-        else:
-            metric.update(preds, batch.y)
-        self.log(f"{stage}/{self.metric_name}", metric, batch_size=batch.num_graphs,
+        self.task.update_metric(metric, preds, batch.y)
+        self.log(f"{stage}/{self.task.metric_name}", metric, batch_size=batch.num_graphs,
                  prog_bar=True)
 
     def validation_step(self, batch: GraphormerBatch, batch_idx: int) -> None:
@@ -268,4 +289,4 @@ def _refuse_size_grouped_batch_norm(model: nn.Module, datamodule: Any) -> None:
             "train_batches='size_grouped' with a model that normalizes with batch statistics "
             "(SepNorm's BatchNorm): each training batch would hold molecules of nearly one size "
             "and the BatchNorm would subtract what size explains. Use --data.train_batches random "
-            "(the default), or a model without BatchNorm (--model.sepnorm false).")
+            "(the default), or a model without BatchNorm (--model.config.sepnorm false).")

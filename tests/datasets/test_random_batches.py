@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from graphormer_sepnorm.datasets import SmilesCSVDataModule
-from graphormer_sepnorm.nn import Graphormer
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
 
 
 def size_csv(path: Path, count: int = 320, seed: int = 0) -> Path:
@@ -87,9 +87,10 @@ def fit_size(module: SmilesCSVDataModule, epochs: int = 30) -> float:
     """Trains a small SepNorm model on the standardized size target; validation MAE in atoms."""
     torch.manual_seed(0)
     info = module.dataset_info
-    model = Graphormer(info["atom_feature_dims"], info["edge_feature_dims"], num_layers=2,
-                       hidden_dim=32, ffn_dim=32, num_heads=4, dropout=0.0,
-                       attention_dropout=0.0, activation_dropout=0.0, multi_hop_max_dist=5)
+    model = Graphormer(GraphormerConfig(
+        info["atom_feature_dims"], info["edge_feature_dims"], num_layers=2, hidden_dim=32,
+        ffn_dim=32, num_heads=4, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        multi_hop_max_dist=5))
     mean, std = (torch.tensor(v) for v in module.target_statistics())
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loader = module.train_dataloader()

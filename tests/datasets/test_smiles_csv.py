@@ -220,13 +220,13 @@ def test_cli_fit_on_csv(tmp_path, monkeypatch):
     path = indexed_csv(tmp_path / "train.csv")
     cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
                 "--data.target_columns", "[y]", "--data.root", str(tmp_path),
-                "--data.batch_size", "8", "--model.num_layers", "2",
+                "--data.batch_size", "8", "--model.config.num_layers", "2",
                 "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path),
                 "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
     model = cli.model
-    assert model.dataset_info["target_names"] == ["y"] and model.task == "regression"
+    assert model.dataset_info["target_names"] == ["y"] and model.task.name == "regression"
     assert model.hparams["standardize_targets"]
-    assert model.target_mean.item() == pytest.approx(cli.datamodule.target_statistics()[0][0])
+    assert model.task.target_mean.item() == pytest.approx(cli.datamodule.target_statistics()[0][0])
     assert "val/mae" in cli.trainer.callback_metrics
 
 
@@ -242,7 +242,7 @@ def test_cli_fit_in_bfloat16_with_gradient_clipping(tmp_path, monkeypatch, preci
     path = indexed_csv(tmp_path / "train.csv")
     cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
                 "--data.target_columns", "[y]", "--data.batch_size", "8",
-                "--model.num_layers", "2", "--trainer.precision", precision,
+                "--model.config.num_layers", "2", "--trainer.precision", precision,
                 "--trainer.gradient_clip_val", "0.5", "--trainer.max_steps", "3",
                 "--trainer.max_epochs", "1", "--test_best", "false",
                 "--trainer.default_root_dir", str(tmp_path),

@@ -4,14 +4,23 @@ from graphs import ATOM_DIMS, BOND_DIMS, random_graph
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.data import GraphormerCollator
-from graphormer_sepnorm.nn import Graphormer, GraphTokenBatchNorm, SepNorm, ShareNorm
+from graphormer_sepnorm.nn import (
+    Graphormer,
+    GraphormerConfig,
+    GraphTokenBatchNorm,
+    SepNorm,
+    ShareNorm,
+    set_backend,
+)
 
 collate = GraphormerCollator()
+BACKENDS = ["reference", "auto"]
 
 
-def small_model(**kwargs) -> Graphormer:
-    config = dict(num_layers=3, hidden_dim=16, ffn_dim=24, num_heads=4) | kwargs
-    return Graphormer(ATOM_DIMS, BOND_DIMS, num_tasks=2, **config)
+def small_model(backend: str = "auto", **kwargs) -> Graphormer:
+    values = dict(num_layers=3, hidden_dim=16, ffn_dim=24, num_heads=4) | kwargs
+    config = GraphormerConfig(tuple(ATOM_DIMS), tuple(BOND_DIMS), num_tasks=2, **values)
+    return set_backend(Graphormer(config), backend)
 
 
 def trained_statistics(model: Graphormer) -> Graphormer:
@@ -29,9 +38,10 @@ def permuted(data: Data, perm: torch.Tensor) -> Data:
                 num_nodes=data.num_nodes)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("sepnorm", [True, False])
-def test_node_permutation_invariance(sepnorm):
-    model = trained_statistics(small_model(sepnorm=sepnorm))
+def test_node_permutation_invariance(sepnorm, backend):
+    model = trained_statistics(small_model(backend, sepnorm=sepnorm))
     data = random_graph(11, seed=4, p=0.3)
     perm = torch.randperm(11, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -39,8 +49,9 @@ def test_node_permutation_invariance(sepnorm):
     torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-def test_graph_alone_equals_graph_batched_with_bigger_graphs():
-    model = trained_statistics(small_model())
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_alone_equals_graph_batched_with_bigger_graphs(backend):
+    model = trained_statistics(small_model(backend))
     small = random_graph(4, seed=1, p=0.6)
     others = [random_graph(n, seed=s, p=0.2) for s, n in [(2, 30), (3, 17)]]
     with torch.no_grad():
@@ -49,9 +60,10 @@ def test_graph_alone_equals_graph_batched_with_bigger_graphs():
     assert (alone - batched[1:2]).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("sepnorm", [True, False])
-def test_every_parameter_gets_a_gradient(sepnorm):
-    model = small_model(sepnorm=sepnorm)
+def test_every_parameter_gets_a_gradient(sepnorm, backend):
+    model = small_model(backend, sepnorm=sepnorm)
     graphs = [random_graph(n, s, p=0.3) for s, n in enumerate([5, 9, 1, 7])]
     model(collate(graphs)).sum().backward()
     no_grad = {n for n, p in model.named_parameters() if p.grad is None or not p.grad.any()}
@@ -63,7 +75,7 @@ def test_every_parameter_gets_a_gradient(sepnorm):
 
 
 def test_trains_under_cpu_bf16_autocast():
-    """``--trainer.precision bf16-mixed`` on the CPU: the custom attention and dropout run."""
+    """``--trainer.precision bf16-mixed`` on the CPU (the reference runs under autocast)."""
     model = small_model().train()
     graphs = [random_graph(n, s, p=0.3) for s, n in enumerate([5, 9, 1, 7, 30])]
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -75,9 +87,10 @@ def test_trains_under_cpu_bf16_autocast():
 
 
 def test_float64_gradients_match_finite_differences():
-    """The CPU path's own backwards (attention block, head split, hop sums) in one gradcheck."""
+    """The CPU backend's own backwards (attention block, head split, hop sums, group biases,
+    fused SepNorm) in one gradcheck."""
     torch.manual_seed(0)
-    model = small_model(num_layers=2, hidden_dim=8, ffn_dim=8, num_heads=2, dropout=0.0,
+    model = small_model("cpu", num_layers=2, hidden_dim=8, ffn_dim=8, num_heads=2, dropout=0.0,
                         attention_dropout=0.0, activation_dropout=0.0,
                         multi_hop_max_dist=3).double().train()
     # sizes apart enough for two attention groups; one disconnected graph
@@ -93,7 +106,7 @@ def test_float64_gradients_match_finite_differences():
         return torch.func.functional_call(model, {**params, **chosen}, (batch,))
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("graphormer_sepnorm.nn.size_groups.GROUP_OVERHEAD", 0)
+        patch.setattr("graphormer_sepnorm.nn.cpu.size_groups.GROUP_OVERHEAD", 0)
         assert torch.autograd.gradcheck(outputs, [params[n].detach().requires_grad_()
                                                   for n in names])
 
@@ -122,14 +135,14 @@ def test_overfits_32_random_graphs():
 
 
 def test_sepnorm_sites_are_configurable():
-    model = small_model(sepnorm_sites=["final"])
+    model = small_model(sepnorm_sites=("final",))
     assert isinstance(model.final_norm, SepNorm)
     assert all(isinstance(layer.attn_norm, ShareNorm) and isinstance(layer.ffn_norm, ShareNorm)
                for layer in model.layers)
     share = small_model(sepnorm=False)
     assert not any(isinstance(m, GraphTokenBatchNorm) for m in share.modules())
     with pytest.raises(ValueError, match="sites"):
-        small_model(sepnorm_sites=["embedding"])
+        small_model(sepnorm_sites=("embedding",))
     with pytest.raises(ValueError, match="divisible"):
         small_model(num_heads=5)
 
@@ -149,9 +162,10 @@ def test_wrong_number_of_feature_columns_is_reported():
         model(collate([data]))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("tok_norm", ["layer", "batch"])
-def test_graph_token_only_shortcut_equals_the_full_encoder(tok_norm):
-    model = trained_statistics(small_model(tok_norm=tok_norm))
+def test_graph_token_only_shortcut_equals_the_full_encoder(tok_norm, backend):
+    model = trained_statistics(small_model(backend, tok_norm=tok_norm))
     batch = collate([random_graph(n, s, p=0.3) for s, n in enumerate([5, 9, 3])])
     with torch.no_grad():
         tokens, _ = model.encode(batch)
@@ -159,11 +173,12 @@ def test_graph_token_only_shortcut_equals_the_full_encoder(tok_norm):
     assert tokens.shape == (3, 10, 16)
 
 
-def test_no_graph_token_batch_norm_sees_copies_of_one_vector():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_graph_token_batch_norm_sees_copies_of_one_vector(backend):
     # Layer 0 receives the graph token as one learned vector, the same in every graph: a
     # BatchNorm there would see zero variance, its running variance would decay to 0, and
     # evaluation would divide the running mean's lag behind the moving parameter by sqrt(eps).
-    model = small_model(dropout=0.0).train()
+    model = small_model(backend, dropout=0.0).train()
     model(collate([random_graph(n, s, p=0.3) for s, n in enumerate([5, 9, 12, 7])]))
     norms = {name: m for name, m in model.named_modules() if isinstance(m, GraphTokenBatchNorm)}
     assert len(norms) == 3 * 2 - 1 + 1  # every SepNorm site but layer 0's attention norm
@@ -172,44 +187,3 @@ def test_no_graph_token_batch_norm_sees_copies_of_one_vector():
         # one update from 1 with momentum 0.1: 0.9 + 0.1 * the batch's (unbiased) variance
         batch_variance = (norm.running_var - 0.9) / 0.1
         assert batch_variance.min() > 1e-8, name
-
-
-@pytest.mark.parametrize("sepnorm", [True, False])
-def test_packed_size_groups_match_the_padded_grid(sepnorm, monkeypatch):
-    # CPU training on packed size groups (token-wise layers on each group's own length) gives
-    # the padded grid's outputs, gradients and BatchNorm statistics.
-    import copy
-
-    from graphormer_sepnorm.nn.native import fused_attention
-
-    if not fused_attention.usable(torch.zeros(1, 1, 16), 4):
-        pytest.skip("the fused C attention kernel is not available here")
-    graphs = [random_graph(n, s, p=0.3) for s, n in enumerate([3, 40, 5, 22, 8, 31, 4, 12, 1])]
-    batch = collate(graphs)
-    model = small_model(sepnorm=sepnorm, dropout=0.0, attention_dropout=0.0,
-                        activation_dropout=0.0).train()
-    padded = copy.deepcopy(model)
-    packed_calls = []
-    original = Graphormer._encode_packed
-    monkeypatch.setattr(Graphormer, "_encode_packed",
-                        lambda *a, **k: packed_calls.append(1) or original(*a, **k))
-    results = []
-    for candidate in (model, padded):
-        if candidate is padded:
-            monkeypatch.setattr(Graphormer, "_norms_take_rows", lambda self: False)
-        out = candidate(batch)
-        out.pow(2).sum().backward()
-        tokens = candidate.encode(batch)[0]
-        grads = {n: p.grad for n, p in candidate.named_parameters()}
-        stats = {n: b.clone() for n, b in candidate.named_buffers() if "running" in n}
-        results.append((out, tokens, grads, stats))
-    assert len(packed_calls) == 2  # predictions and all tokens went through the packed path
-    (out, tokens, grads, stats), (out2, tokens2, grads2, stats2) = results
-    torch.testing.assert_close(out, out2, atol=1e-5, rtol=1e-4)
-    real = torch.cat([torch.ones(len(batch.node_mask), 1, dtype=torch.bool), batch.node_mask], 1)
-    torch.testing.assert_close(tokens[real], tokens2[real], atol=1e-5, rtol=1e-4)
-    for name, grad in grads.items():
-        torch.testing.assert_close(grad, grads2[name], atol=1e-5, rtol=1e-4, msg=name)
-    assert stats.keys() == stats2.keys() and (len(stats) > 0) == sepnorm
-    for name, value in stats.items():
-        torch.testing.assert_close(value, stats2[name], atol=1e-5, rtol=1e-4, msg=name)

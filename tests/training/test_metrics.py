@@ -67,8 +67,7 @@ def test_metric_suffix():
 def test_module_logs_metrics_in_target_units():
     """The module's test epoch logs mae, rmse and r2 computed on de-standardized predictions."""
     module = tiny(dict(INFO, target_names=["y"])).eval()
-    module.target_mean.fill_(100.0)
-    module.target_std.fill_(10.0)
+    module.task.set_scaler([100.0], [10.0])
     logged = {}
     module.log = lambda name, value, **kw: logged.__setitem__(name, value)
     batch = batch_of([5, 7, 4, 6])

@@ -5,14 +5,18 @@ from ogb.graphproppred import Evaluator
 from torch_geometric.data import Data
 
 from graphormer_sepnorm import GraphormerCollator, add_shortest_paths
+from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.training import GraphormerModule
 
 INFO = {"task": "binary", "target_names": ["active"], "atom_feature_dims": [5, 3],
         "edge_feature_dims": [4, 2]}
 
 
-def tiny(info=INFO, **kwargs) -> GraphormerModule:
-    return GraphormerModule(info, num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4, **kwargs)
+TINY = {"num_layers": 2, "hidden_dim": 16, "ffn_dim": 16, "num_heads": 4}
+
+
+def tiny(info=INFO, config=None, **kwargs) -> GraphormerModule:
+    return GraphormerModule(info, GraphormerConfig(**TINY, **(config or {})), **kwargs)
 
 
 def batch_of(graphs, seed=0):
@@ -37,14 +41,13 @@ def test_binary_auroc_equals_ogb_evaluator():
 def test_regression_predictions_are_destandardized():
     info = dict(INFO, task="regression")
     module = tiny(info).eval()
-    module.target_mean.fill_(3.0)
-    module.target_std.fill_(2.0)
+    module.task.set_scaler([3.0], [2.0])
     batch = batch_of([5, 7, 4])
     with torch.no_grad():
         raw = module.model(batch)
         assert torch.allclose(module(batch), raw * 2.0 + 3.0)
         # the L1 loss is taken on standardized targets
-        loss = module._loss(raw, batch.y)
+        loss = module.task.loss(raw, batch.y)
         assert torch.allclose(loss, (raw - (batch.y - 3.0) / 2.0).abs().mean())
 
 
@@ -56,7 +59,7 @@ def test_binary_forward_gives_probabilities():
 
 
 def test_checkpoint_hparams_are_plain_and_load_weights_only(tmp_path):
-    module = tiny(sepnorm=False, warmup_steps=0.2)
+    module = tiny(config={"sepnorm": False}, warmup_steps=0.2)
     path = tmp_path / "m.ckpt"
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)},
                path)
@@ -64,7 +67,8 @@ def test_checkpoint_hparams_are_plain_and_load_weights_only(tmp_path):
     again = GraphormerModule(**ckpt["hyper_parameters"])
     again.load_state_dict(ckpt["state_dict"])
     assert again.hparams["dataset_info"] == INFO
-    assert not again.hparams["sepnorm"]
+    assert not again.hparams["config"]["sepnorm"] and not again.config.sepnorm
+    assert again.config.atom_feature_dims == (5, 3) and again.config.num_tasks == 1
 
 
 def test_missing_or_bad_dataset_info_is_explained():

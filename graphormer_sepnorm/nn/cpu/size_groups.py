@@ -3,11 +3,10 @@
 A batch is padded to its largest graph, and attention costs ``B * H * L^2``: one 90-atom molecule
 among 63 of 20-45 atoms makes every graph pay for 91 x 91 scores, five times the real work.
 Attention is the only part of a layer that mixes positions, and it mixes them only within a
-graph, so it can run on groups of graphs, each cut to its own length. With the fused C kernel
-the whole layer runs on the groups' tokens packed as rows (``sum B_g * L_g`` of them, see
-``Graphormer._encode_packed``); otherwise the norms, the FFN and everything else stay on the
-padded ``[B, L, D]`` grid. The result is the same up to float rounding: the keys cut away are
-padding, masked to ``-inf`` anyway.
+graph, so it can run on groups of graphs, each cut to its own length, and every other part of
+a layer is token-wise: the CPU backend runs whole layers on the groups' tokens packed as rows
+(``sum B_g * L_g`` of them, see :mod:`.encoder`). The result is the same up to float rounding:
+the keys cut away are padding, masked to ``-inf`` anyway.
 
 The groups are chosen once per batch by a small dynamic program over the sorted graph sizes that
 trades the score elements saved against a fixed cost per group.
@@ -39,7 +38,7 @@ class SizeGroups:
         lengths: tokens ``1 + N_max`` of each group.
         length: tokens ``L`` of the whole batch.
         fused: attention runs in the fused C kernel
-            (:mod:`~graphormer_sepnorm.nn.native.fused_attention`), which takes the group
+            (:mod:`~graphormer_sepnorm.nn.cpu.native.fused_attention`), which takes the group
             biases keys-first. Set by the model, which decides once per batch.
         rows: :meth:`token_rows`, computed once per batch by the model for the fused
             attention (which computes them itself when they are missing).
@@ -131,18 +130,11 @@ class SizeGroups:
             first += count
         return torch.cat(parts)
 
-    def split(self, x: Tensor) -> list[Tensor]:
-        """``x`` ``[B, L, ...]`` as one ``[B_g, L_g, ...]`` view per group."""
-        if self.order is not None:
-            x = x.index_select(0, self.order)
-        return [part[:, :length] for part, length
-                in zip(x.split(self.counts), self.lengths, strict=True)]
-
     def split_bias(self, bias: Tensor) -> list[Tensor]:
         """``bias`` ``[B, H, L, L]`` as one contiguous ``[H * B_g, L_g, L_g]`` tensor per group.
 
         Head-major (``g = h * B_g + b``), the batch order of the CPU attention block
-        (:mod:`~graphormer_sepnorm.nn.head_major`); keys-first (``[g, key, query]``) when
+        (:mod:`~graphormer_sepnorm.nn.cpu.head_major`); keys-first (``[g, key, query]``) when
         ``fused``. Done once per batch: the layers share these, so backward gathers each
         group's gradient into the full bias once, not once per layer.
         """
@@ -154,11 +146,3 @@ class SizeGroups:
                  for part, length in zip(bias.split(self.counts), self.lengths, strict=True)]
         # with one graph or one head reshape returns a view, a transposed one if fused
         return [part.contiguous() for part in parts]
-
-    def merge(self, parts: list[Tensor]) -> Tensor:
-        """Inverse of :meth:`split` for ``[B_g, L_g, D]`` parts: ``[B, L, D]``, zero padding."""
-        padded = [part if part.shape[1] == self.length
-                  else torch.nn.functional.pad(part, (0, 0, 0, self.length - part.shape[1]))
-                  for part in parts]
-        x = padded[0] if len(padded) == 1 else torch.cat(padded)
-        return x if self.inverse is None else x.index_select(0, self.inverse)

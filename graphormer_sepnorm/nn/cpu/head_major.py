@@ -1,6 +1,6 @@
 """CPU attention block in the head-major layout: projections straight into ``[H * B, d, L]``.
 
-:func:`~graphormer_sepnorm.nn.attention_core.biased_attention` wants queries, keys and values
+:func:`~graphormer_sepnorm.nn.cpu.attention_core.biased_attention` wants queries, keys and values
 as ``[G, d, L]`` (head dim before positions). Getting there from the usual token-major
 projection ``[B * L, 3 * D]`` takes a transposing copy of every projected token in forward and
 another in backward: ~10% of a ZINC training step on one core (measured), since those copies
@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx
 
-from graphormer_sepnorm.nn.attention_core import biased_attention
-from graphormer_sepnorm.nn.native.fused_attention import fused_attention
+from graphormer_sepnorm.nn.cpu.attention_core import biased_attention
+from graphormer_sepnorm.nn.cpu.native.fused_attention import fused_attention
 
 
 def head_minor_rows(weight: Tensor, num_heads: int, blocks: int) -> Tensor:
@@ -109,7 +109,7 @@ def attend_groups_fused(x: Tensor, rows: Tensor | None, qkv_weight: Tensor, qkv_
     Args:
         x: ``[B, L, D]`` normalized tokens, graphs sorted into their groups.
         rows: the groups' rows of ``x.view(B * L, D)``
-            (:meth:`~graphormer_sepnorm.nn.size_groups.SizeGroups.token_rows`), or ``None``
+            (:meth:`~graphormer_sepnorm.nn.cpu.size_groups.SizeGroups.token_rows`), or ``None``
             for one group of length ``L``.
         qkv_weight: ``[3 * D, D]`` as ``nn.Linear`` holds it (the kernel reads the rows
             through strides).

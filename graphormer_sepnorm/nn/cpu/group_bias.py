@@ -2,7 +2,7 @@
 
 :class:`~graphormer_sepnorm.nn.bias_encoders.AttentionBias` builds one ``[B, H, L, L]`` tensor
 padded to the batch's largest graph; the CPU attention then cuts it into per-group tensors
-(:meth:`~graphormer_sepnorm.nn.size_groups.SizeGroups.split_bias`), and backward pastes the
+(:meth:`~graphormer_sepnorm.nn.cpu.size_groups.SizeGroups.split_bias`), and backward pastes the
 group gradients back into a zeroed full-size tensor before gathering the pairs' gradients.
 With one large molecule in a MolHIV batch the full tensor is five times the groups' (64 x 8 x
 91 x 91 scores against 0.8 M), and filling, copying, permuting and summing it took a tenth of
@@ -20,7 +20,7 @@ from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
 from graphormer_sepnorm.nn.bias_encoders import padded_keys
-from graphormer_sepnorm.nn.size_groups import SizeGroups
+from graphormer_sepnorm.nn.cpu.size_groups import SizeGroups
 
 
 @dataclass

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from graphormer_sepnorm.nn.drop_rate import keep_scale
-from graphormer_sepnorm.nn.dropout import keep_mask
+from graphormer_sepnorm.nn.cpu.drop_rate import keep_scale
+from graphormer_sepnorm.nn.cpu.dropout import keep_mask
 
 RECOMPUTE_ABOVE = 1 << 22
 """Score tensors with more elements than this are recomputed in backward instead of kept."""
@@ -92,7 +92,7 @@ def biased_attention(q_t: Tensor, k_t: Tensor, v_t: Tensor, bias: Tensor, scale:
         bias: ``[G, Lq, L]`` additive bias (may require grad).
         scale: multiplies the scores, usually ``d ** -0.5``.
         p: dropout on the probabilities, with the mask of
-            :func:`~graphormer_sepnorm.nn.dropout.keep_mask`. Default: 0.
+            :func:`~graphormer_sepnorm.nn.cpu.dropout.keep_mask`. Default: 0.
         recompute: keep only the inputs and recompute the scores in backward (one more
             ``baddbmm`` and softmax) instead of keeping probabilities and mask. Default: only
             for score tensors above :data:`RECOMPUTE_ABOVE` elements, i.e. batches of large

@@ -7,8 +7,8 @@ import torch
 from graphs import ATOM_DIMS, BOND_DIMS, random_graph
 
 from graphormer_sepnorm.data import GraphormerCollator
-from graphormer_sepnorm.nn import Graphormer
-from graphormer_sepnorm.nn.native import build, fused_attention, fused_dropout
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, set_backend
+from graphormer_sepnorm.nn.cpu.native import build, fused_attention, fused_dropout
 
 
 def forget_loaded_libraries():
@@ -84,9 +84,10 @@ def test_model_with_kernels_equals_model_without(fresh, monkeypatch, train):
         monkeypatch.setenv("GRAPHORMER_SEPNORM_NATIVE", mode)
         forget_loaded_libraries()
         torch.manual_seed(0)
-        model = Graphormer(ATOM_DIMS, BOND_DIMS, num_tasks=2, num_layers=3, hidden_dim=32,
-                           ffn_dim=24, num_heads=4, dropout=0.0, attention_dropout=0.0,
-                           activation_dropout=0.0).train(train)
+        config = GraphormerConfig(tuple(ATOM_DIMS), tuple(BOND_DIMS), num_tasks=2,
+                                  num_layers=3, hidden_dim=32, ffn_dim=24, num_heads=4,
+                                  dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+        model = set_backend(Graphormer(config), "cpu").train(train)
         assert fused_attention.usable(torch.zeros(1), 8) == (mode == "auto")
         out = model(batch)
         out.backward(torch.linspace(-1, 1, out.numel()).view_as(out))

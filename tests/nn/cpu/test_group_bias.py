@@ -8,8 +8,8 @@ from graphs import BOND_DIMS, random_graph
 
 from graphormer_sepnorm.data import GraphormerCollator
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
-from graphormer_sepnorm.nn.group_bias import group_biases
-from graphormer_sepnorm.nn.size_groups import SizeGroups
+from graphormer_sepnorm.nn.cpu.group_bias import group_biases
+from graphormer_sepnorm.nn.cpu.size_groups import SizeGroups
 
 collate = GraphormerCollator()
 

@@ -7,9 +7,9 @@ take most of an attention block's time, not for the arithmetic but for the passe
 The C kernel does the whole thing per (head, graph) pair and per 8 queries, with the scores in
 L1, and draws the dropout mask from a hash of each score's index instead of storing it. It is
 about twice as fast in forward, and keeps only the probabilities, the dropout mask in their
-sign bits (or, above :data:`~graphormer_sepnorm.nn.attention_core.RECOMPUTE_ABOVE` scores,
+sign bits (or, above :data:`~graphormer_sepnorm.nn.cpu.attention_core.RECOMPUTE_ABOVE` scores,
 nothing), for backward (``benchmarks/README.md`` has the figures). All size groups of a batch
-(:mod:`~graphormer_sepnorm.nn.size_groups`) go through one call and one autograd node, each
+(:mod:`~graphormer_sepnorm.nn.cpu.size_groups`) go through one call and one autograd node, each
 group with its own dropout seed (:func:`group_seed`).
 
 Layouts: q, k and v are rows of ``qkv_t = W x^T + b`` ``[3 * D, T]`` (``T = B * L`` tokens,
@@ -18,10 +18,10 @@ transposed, its rows in ``nn.Linear``'s own order ``(s, h, j)`` (block, head, he
 output is ``[D, T]`` with rows ``(h, j)``, so the output projection takes it as it is; and the
 bias is **keys-first**: ``bias_t[g, key, query]`` for the pair ``g = h * B + b``. The kernel
 reads any row order through strides, so the weights are used unpermuted (the torch path of
-:mod:`~graphormer_sepnorm.nn.head_major` needs head-minor rows).
+:mod:`~graphormer_sepnorm.nn.cpu.head_major` needs head-minor rows).
 
 :func:`usable` says when it runs: float32 on an AVX2 CPU, outside autocast, head size at most
-16, a C compiler present (see :mod:`~graphormer_sepnorm.nn.native.build`).
+16, a C compiler present (see :mod:`~graphormer_sepnorm.nn.cpu.native.build`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from graphormer_sepnorm.nn.attention_core import RECOMPUTE_ABOVE
-from graphormer_sepnorm.nn.drop_rate import drop_levels, keep_scale
-from graphormer_sepnorm.nn.native import build
-from graphormer_sepnorm.nn.native.threads import run_split
+from graphormer_sepnorm.nn.cpu.attention_core import RECOMPUTE_ABOVE
+from graphormer_sepnorm.nn.cpu.drop_rate import drop_levels, keep_scale
+from graphormer_sepnorm.nn.cpu.native import build
+from graphormer_sepnorm.nn.cpu.native.threads import run_split
 
 MAX_HEAD_DIM = 16
 """Larger heads would not fit the kernel's registers; they take the plain torch path."""
@@ -171,7 +171,7 @@ def fused_attention(qkv_t: Tensor, bias_t: Tensor | list[Tensor], num_heads: int
                     keep_probs: bool | None = None, lengths: list[int] | None = None) -> Tensor:
     """``dropout(softmax(scale * q k^T + bias)) v`` for all heads and graphs, in one kernel.
 
-    Graphs may come in groups of different lengths (:mod:`~graphormer_sepnorm.nn.size_groups`):
+    Graphs may come in groups of different lengths (:mod:`~graphormer_sepnorm.nn.cpu.size_groups`):
     then ``bias_t`` is a list with one tensor per group, ``batch`` the groups' graph counts and
     ``lengths`` their token counts, and the token columns hold each group's graphs after the
     previous group's. One autograd node serves all groups.
@@ -187,7 +187,7 @@ def fused_attention(qkv_t: Tensor, bias_t: Tensor | list[Tensor], num_heads: int
         batch: ``B``, or each group's ``B_g``.
         scale: multiplies ``q k^T``, usually ``d ** -0.5``.
         p: dropout on the probabilities, in steps of 2^-16 like
-            :func:`~graphormer_sepnorm.nn.dropout.keep_mask`. Default: 0.
+            :func:`~graphormer_sepnorm.nn.cpu.dropout.keep_mask`. Default: 0.
         keep_probs: keep the probabilities for backward (4 bytes a score) instead of
             recomputing them. Default: for each group up to ``RECOMPUTE_ABOVE`` scores.
         lengths: each group's ``L_g`` (with groups). Default: ``T // B``.

@@ -1,6 +1,6 @@
 """Dropout whose mask is cheap to draw on the CPU.
 
-Two CPU paths: the fused C kernel (:mod:`~graphormer_sepnorm.nn.native.fused_dropout`: one
+Two CPU paths: the fused C kernel (:mod:`~graphormer_sepnorm.nn.cpu.native.fused_dropout`: one
 pass, the mask a hash drawn again in backward) for float32 where it can be built, and otherwise
 a ``uint8`` mask from NumPy's fast generator (:func:`keep_mask`). Elsewhere ``F.dropout``.
 """
@@ -12,12 +12,12 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from graphormer_sepnorm.nn.drop_rate import LEVELS, drop_levels, keep_scale
-from graphormer_sepnorm.nn.native import fused_dropout
+from graphormer_sepnorm.nn.cpu.drop_rate import LEVELS, drop_levels, keep_scale
+from graphormer_sepnorm.nn.cpu.native import fused_dropout
 
-__all__ = ["Dropout", "apply_mask", "dropout", "keep_mask", "keep_scale"]
+__all__ = ["apply_mask", "dropout", "keep_mask", "keep_scale"]
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float,
@@ -98,28 +98,3 @@ def dropout(x: Tensor, p: float, training: bool = True, residual: Tensor | None 
         else:
             dropped = apply_mask(x, keep, scale)
     return dropped if residual is None else residual + dropped
-
-
-class Dropout(nn.Module):
-    """``nn.Dropout`` backed by :func:`dropout`.
-
-    Args:
-        p: drop probability. Default: 0.1.
-    """
-
-    def __init__(self, p: float = 0.1) -> None:
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-        self.p = p
-
-    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
-        """Dropout of ``x`` in training mode, identity in eval mode; plus ``residual`` if given.
-
-        ``residual + dropout(x)`` is one pass on the CPU (see :func:`dropout`).
-        """
-        return dropout(x, self.p, self.training, residual)
-
-    def extra_repr(self) -> str:
-        """Shows ``p`` in the module's repr."""
-        return f"p={self.p}"

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
-from graphormer_sepnorm.nn.head_major import _SplitHeads, attend_head_major, head_minor_rows
+from graphormer_sepnorm.nn.cpu.head_major import _SplitHeads, attend_head_major, head_minor_rows
 
 
 def test_head_minor_rows_moves_row_s_h_j_to_s_j_h():

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from graphormer_sepnorm.nn.drop_rate import keep_scale
-from graphormer_sepnorm.nn.native import fused_attention as fa
-from graphormer_sepnorm.nn.native import threads
+from graphormer_sepnorm.nn.cpu.drop_rate import keep_scale
+from graphormer_sepnorm.nn.cpu.native import fused_attention as fa
+from graphormer_sepnorm.nn.cpu.native import threads
 
 pytestmark = pytest.mark.skipif(not fa.usable(torch.zeros(1), 10),
                                 reason="no AVX2 CPU or no C compiler here")

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from graphormer_sepnorm.nn.drop_rate import keep_scale
-from graphormer_sepnorm.nn.dropout import dropout
-from graphormer_sepnorm.nn.native import fused_dropout as fd
-from graphormer_sepnorm.nn.native import threads
+from graphormer_sepnorm.nn.cpu.drop_rate import keep_scale
+from graphormer_sepnorm.nn.cpu.dropout import dropout
+from graphormer_sepnorm.nn.cpu.native import fused_dropout as fd
+from graphormer_sepnorm.nn.cpu.native import threads
 
 pytestmark = pytest.mark.skipif(not fd.usable(torch.zeros(1)),
                                 reason="no AVX2 CPU or no C compiler here")

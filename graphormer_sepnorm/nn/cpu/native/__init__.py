@@ -1,0 +1,1 @@
+"""C kernels built at first use (see :mod:`~graphormer_sepnorm.nn.cpu.native.build`)."""

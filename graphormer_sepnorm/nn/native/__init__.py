@@ -1,1 +1,0 @@
-"""C kernels built at first use (see :mod:`~graphormer_sepnorm.nn.native.build`)."""
