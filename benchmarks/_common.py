@@ -159,6 +159,7 @@ def worker_args(description: str) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", default="auto", help="ours: set_backend's choice")
     return parser.parse_args()
 
 

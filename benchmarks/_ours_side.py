@@ -37,6 +37,7 @@ from graphormer_sepnorm import (
     add_shortest_paths,
 )
 from graphormer_sepnorm.data import SizeGroupedBatchSampler
+from graphormer_sepnorm.nn import set_backend
 from graphormer_sepnorm.nn.cpu.size_groups import SizeGroups
 
 
@@ -73,14 +74,16 @@ class OursSide:
         bond_feature_dims: ogb's ``get_bond_feature_dims()``.
         batch_size: graphs per batch.
         seed: seed of the model initialization and of the sampler.
+        backend: :func:`~graphormer_sepnorm.nn.set_backend`'s choice. Default: ``'auto'``.
     """
 
     def __init__(self, atom_feature_dims: list[int], bond_feature_dims: list[int],
-                 batch_size: int, seed: int) -> None:
+                 batch_size: int, seed: int, backend: str = "auto") -> None:
         torch.manual_seed(seed)
         self.batch_size = batch_size
         self.seed = seed
-        self.model = Graphormer(GraphormerConfig(atom_feature_dims, bond_feature_dims, num_tasks=1))
+        self.model = set_backend(Graphormer(GraphormerConfig(atom_feature_dims, bond_feature_dims)),
+                                 backend)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-4, weight_decay=0.01,
                                            fused=True)
         self.collator = GraphormerCollator(multi_hop_max_dist=20)
@@ -173,7 +176,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     workload = load_workload(args.graphs)
     side = OursSide(workload["atom_feature_dims"], workload["bond_feature_dims"],
-                    args.batch_size, args.seed)
+                    args.batch_size, args.seed, args.backend)
     probes = (MatmulProbe(side.padded_tokens), MatmulProbe(side.padded_tokens))
     result, train, infer = measure(side, workload["graphs"], args, probes)
     result["flops"] = flops_report(side, train, infer, probes)

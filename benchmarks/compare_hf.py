@@ -29,7 +29,8 @@ from typing import Any
 from _common import featurize, save_workload, thread_env
 
 HERE = Path(__file__).resolve().parent
-SIDES = {"ours": HERE / "_ours_side.py", "hf": HERE / "_hf_side.py"}
+SIDES = {"ours": HERE / "_ours_side.py", "ours_reference": HERE / "_ours_side.py",
+         "hf": HERE / "_hf_side.py"}
 
 
 def parse_args() -> argparse.Namespace:
@@ -50,6 +51,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--profile", type=int, default=0,
                         help="also profile N of our training steps and print the top operators")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reference", action="store_true",
+                        help="also run ours with backend 'reference' (what the CPU backend buys)")
     return parser.parse_args()
 
 
@@ -60,7 +63,8 @@ def run_side(name: str, graphs_file: Path, workdir: Path, args: argparse.Namespa
     command = [sys.executable, str(SIDES[name]), "--graphs", str(graphs_file), "--out", str(out),
                "--batch-size", str(args.batch_size), "--threads", str(args.threads),
                "--passes", str(args.passes), "--warmup", str(args.warmup),
-               "--profile", str(args.profile if name == "ours" else 0), "--seed", str(args.seed)]
+               "--profile", str(args.profile if name == "ours" else 0), "--seed", str(args.seed),
+               "--backend", "reference" if name == "ours_reference" else "auto"]
     done = subprocess.run(command, env=thread_env(args.threads), check=False)
     if done.returncode != 0 or not out.exists():
         # -9 is the kernel's OOM killer, which is how HF ends on large disconnected molecules
@@ -140,13 +144,16 @@ def main() -> None:
         graphs_file = Path(tmp) / "graphs.pkl"
         save_workload(graphs_file, graphs)
         del graphs  # the parent's memory is no side's
-        for name in [args.only] if args.only else ["ours", "hf"]:
+        names = ["ours", "hf"] + (["ours_reference"] if args.reference else [])
+        for name in [args.only] if args.only else names:
             results[name] = run_side(name, graphs_file, Path(tmp), args)
     for name, result in results.items():
         if result is not None:
             print("\n".join(describe(name, result)))
     if not args.only:
         print(vs_hf_line(results["ours"], results["hf"]))
+    if args.reference and not args.only:
+        print("reference backend: " + vs_hf_line(results["ours_reference"], results["hf"]))
 
 
 if __name__ == "__main__":

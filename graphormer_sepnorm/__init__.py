@@ -6,7 +6,7 @@ from graphormer_sepnorm.data import (
     GraphormerCollator,
     add_shortest_paths,
 )
-from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, SepNorm, ShareNorm
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, SepNorm, ShareNorm, set_backend
 
 __version__ = "0.1.0"
 
@@ -19,4 +19,5 @@ __all__ = [
     "SepNorm",
     "ShareNorm",
     "add_shortest_paths",
+    "set_backend",
 ]

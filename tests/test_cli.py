@@ -53,6 +53,17 @@ def test_preset_stacks_on_a_dataset_config(tmp_path):
     assert cli.datamodule.batch_size == 4 and cli.datamodule.eval_batch_size == 256
 
 
+def test_fit_on_the_reference_backend(tmp_path, monkeypatch):
+    # the path a GPU takes (full bias, SDPA, composed SepNorm) trains end to end on the CPU too
+    from graphormer_sepnorm.nn import cpu
+
+    monkeypatch.setattr(cpu, "encode", lambda *a: pytest.fail("the CPU backend ran"))
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--model.backend", "reference"),
+                "--trainer.fast_dev_run", "true"])
+    assert cli.model.model.backend == "reference" and cli.model.model.fast_encode is None
+    assert cli.trainer.state.finished
+
+
 def test_sharenorm_is_one_switch(tmp_path):
     cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--model.config.sepnorm", "false"),
                 "--trainer.fast_dev_run", "true"])

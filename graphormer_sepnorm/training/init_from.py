@@ -70,7 +70,8 @@ def init_model_from(model: nn.Module, path: str | Path) -> InitReport:
     Args:
         model: A :class:`~graphormer_sepnorm.nn.model.Graphormer` (with ``config``).
         path: A checkpoint of a :class:`~graphormer_sepnorm.training.module.GraphormerModule`
-            (either format; read with ``weights_only=True``).
+            (either format; read with ``weights_only=True``), or the name of a bundled one
+            (``'pretrained'``: the descriptor-pretrained start of ``configs/smiles_csv.yaml``).
 
     Returns:
         What was copied and what was left fresh.
@@ -79,6 +80,14 @@ def init_model_from(model: nn.Module, path: str | Path) -> InitReport:
         FileNotFoundError: No such file.
         ValueError: Not a Graphormer checkpoint, or a model of another architecture.
     """
+    # imported here: prediction's checkpoint loading imports the training module, which imports us
+    from graphormer_sepnorm.prediction.checkpoints import (
+        BUNDLED_CHECKPOINTS,
+        bundled_checkpoint_path,
+    )
+
+    if not Path(path).is_file() and str(path) in BUNDLED_CHECKPOINTS:
+        path = bundled_checkpoint_path(str(path))
     if not Path(path).is_file():
         raise FileNotFoundError(f"init_from: checkpoint not found: {path}")
     checkpoint = checkpoint_format.load(path)
