@@ -14,8 +14,9 @@ from graphormer_sepnorm.cli import main
 from graphormer_sepnorm.training.module import GraphormerModule
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "smiles_csv.yaml"
-TINY = ["--model.config.num_layers", "2", "--model.config.hidden_dim", "16",
-        "--model.config.ffn_dim", "16", "--model.config.num_heads", "4", "--data.batch_size", "16",
+TINY = ["--model.init_from", "none", "--model.config.num_layers", "2",
+        "--model.config.hidden_dim", "16", "--model.config.ffn_dim", "16",
+        "--model.config.num_heads", "4", "--data.batch_size", "16",
         "--trainer.enable_model_summary", "false"]
 
 

@@ -220,14 +220,42 @@ def test_cli_fit_on_csv(tmp_path, monkeypatch):
     path = indexed_csv(tmp_path / "train.csv")
     cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
                 "--data.target_columns", "[y]", "--data.root", str(tmp_path),
-                "--data.batch_size", "8", "--model.config.num_layers", "2",
-                "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path),
+                "--data.batch_size", "8", "--model.init_from", "none",
+                "--model.config.num_layers", "2", "--trainer.fast_dev_run", "true",
+                "--trainer.default_root_dir", str(tmp_path),
                 "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
     model = cli.model
     assert model.dataset_info["target_names"] == ["y"] and model.task.name == "regression"
     assert model.hparams["standardize_targets"]
     assert model.task.target_mean.item() == pytest.approx(cli.datamodule.target_statistics()[0][0])
     assert "val/mae" in cli.trainer.callback_metrics
+
+
+def test_cli_fit_starts_from_the_bundled_pretrained_model(tmp_path, monkeypatch, capsys):
+    # the config's default: every encoder tensor from the shipped model, a fresh head
+    from graphormer_sepnorm.cli import main
+    from graphormer_sepnorm.prediction.checkpoints import bundled_checkpoint_path
+
+    monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
+    path = indexed_csv(tmp_path / "train.csv")
+    cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
+                "--data.target_columns", "[y]", "--data.root", str(tmp_path),
+                "--data.batch_size", "8", "--trainer.max_steps", "1", "--trainer.max_epochs", "1",
+                "--model.lr", "1e-12", "--test_best", "false",
+                "--trainer.default_root_dir", str(tmp_path),
+                "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+    assert cli.model.hparams["init_from"] == "pretrained"
+    assert "init_from" in capsys.readouterr().out
+    shipped = torch.load(bundled_checkpoint_path("pretrained"), weights_only=True)["state_dict"]
+    trained = cli.model.state_dict()
+    weights = [k for k in shipped if k.startswith("model.") and "running" not in k
+               and "num_batches" not in k]
+    assert len(weights) > 200
+    for key in weights:  # lr ~0: the weights are still the shipped ones (BatchNorm stats move)
+        if key.startswith("model.head."):
+            assert trained[key].shape != shipped[key].shape  # 1 target, not 174 descriptors
+        else:
+            torch.testing.assert_close(trained[key], shipped[key], atol=1e-9, rtol=0, msg=key)
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
@@ -242,7 +270,8 @@ def test_cli_fit_in_bfloat16_with_gradient_clipping(tmp_path, monkeypatch, preci
     path = indexed_csv(tmp_path / "train.csv")
     cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
                 "--data.target_columns", "[y]", "--data.batch_size", "8",
-                "--model.config.num_layers", "2", "--trainer.precision", precision,
+                "--model.init_from", "none", "--model.config.num_layers", "2",
+                "--trainer.precision", precision,
                 "--trainer.gradient_clip_val", "0.5", "--trainer.max_steps", "3",
                 "--trainer.max_epochs", "1", "--test_best", "false",
                 "--trainer.default_root_dir", str(tmp_path),
