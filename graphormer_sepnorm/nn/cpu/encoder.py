@@ -116,8 +116,8 @@ def attend(attention: nn.Module, x: Tensor, groups: SizeGroups, biases: list[Ten
     heads, qkv, out = attention.num_heads, attention.qkv, attention.out
     p = attention.dropout if attention.training else 0.0
     if groups.fused:
-        return attend_groups_fused(x[None], None, qkv.weight, qkv.bias, out.weight.t(),
-                                   out.bias, biases, groups.counts, groups.lengths, heads, p)[0]
+        return attend_groups_fused(x, qkv.weight, qkv.bias, out.weight.t(), out.bias, biases,
+                                   groups.counts, groups.lengths, heads, p)
     projections = (head_minor_rows(qkv.weight, heads, 3), head_minor_rows(qkv.bias, heads, 3),
                    head_minor_rows(out.weight.t(), heads, 1), out.bias)
     parts, start = [], 0

@@ -1,9 +1,8 @@
 """The attention bias of each size group, built straight from the atom pairs' biases.
 
 :class:`~graphormer_sepnorm.nn.bias_encoders.AttentionBias` builds one ``[B, H, L, L]`` tensor
-padded to the batch's largest graph; the CPU attention then cuts it into per-group tensors
-(:meth:`~graphormer_sepnorm.nn.cpu.size_groups.SizeGroups.split_bias`), and backward pastes the
-group gradients back into a zeroed full-size tensor before gathering the pairs' gradients.
+padded to the batch's largest graph; cutting it into per-group tensors would make backward paste
+the group gradients back into a zeroed full-size tensor before gathering the pairs' gradients.
 With one large molecule in a MolHIV batch the full tensor is five times the groups' (64 x 8 x
 91 x 91 scores against 0.8 M), and filling, copying, permuting and summing it took a tenth of
 that batch's training step. Here each group's ``[H * B_g, L_g, L_g]`` tensor is written
@@ -105,7 +104,7 @@ class _GroupBias(torch.autograd.Function):
 def group_biases(pair: Tensor, virtual_distance: Tensor, groups: SizeGroups,
                  node_mask: Tensor, pair_slot: Tensor,
                  inverse: Tensor | None = None) -> list[Tensor]:
-    """Each group's attention bias, as ``groups.split_bias`` of the full bias would give it.
+    """Each group's attention bias: the full bias's group block, each graph cut to ``L_g``.
 
     Args:
         pair: ``[P, H]`` biases of the real atom pairs (spatial + edge), batch order.

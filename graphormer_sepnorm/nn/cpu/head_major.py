@@ -95,22 +95,19 @@ def attend_head_major(x: Tensor, qkv_weight: Tensor, qkv_bias: Tensor, out_weigh
     return torch.addmm(out_bias, out_t.t(), out_weight_t).view(b, queries, dim)
 
 
-def attend_groups_fused(x: Tensor, rows: Tensor | None, qkv_weight: Tensor, qkv_bias: Tensor,
+def attend_groups_fused(tokens: Tensor, qkv_weight: Tensor, qkv_bias: Tensor,
                         out_weight_t: Tensor, out_bias: Tensor, biases: list[Tensor],
                         counts: list[int], lengths: list[int], num_heads: int,
                         dropout_p: float = 0.0) -> Tensor:
     """:func:`attend_head_major` for all size groups at once, through the fused C kernel.
 
-    The groups' tokens are gathered into one block, so each projection is one product and the
-    attention one autograd node whatever the number of groups (per group, the split, the
-    products, the padding and the concatenation cost some 40 operator calls a layer, forward
-    and backward).
+    The groups' tokens come packed, so each projection is one product and the attention one
+    autograd node whatever the number of groups (per group, the split, the products, the
+    padding and the concatenation cost some 40 operator calls a layer, forward and backward).
 
     Args:
-        x: ``[B, L, D]`` normalized tokens, graphs sorted into their groups.
-        rows: the groups' rows of ``x.view(B * L, D)``
-            (:meth:`~graphormer_sepnorm.nn.cpu.size_groups.SizeGroups.token_rows`), or ``None``
-            for one group of length ``L``.
+        tokens: ``[T, D]`` normalized tokens, group after group, each graph cut to its group's
+            length (:meth:`~graphormer_sepnorm.nn.cpu.size_groups.SizeGroups.token_rows`).
         qkv_weight: ``[3 * D, D]`` as ``nn.Linear`` holds it (the kernel reads the rows
             through strides).
         qkv_bias: ``[3 * D]``.
@@ -123,17 +120,10 @@ def attend_groups_fused(x: Tensor, rows: Tensor | None, qkv_weight: Tensor, qkv_
         dropout_p: dropout on the attention probabilities. Default: 0.
 
     Returns:
-        ``[B, L, D]``, zeros past each group's length.
+        ``[T, D]``.
     """
-    b, length, dim = x.shape
-    tokens = x.reshape(b * length, dim)
-    if rows is not None:
-        tokens = tokens.index_select(0, rows)
+    dim = tokens.shape[1]
     qkv_t = _projected_t(tokens, qkv_weight, qkv_bias)
     out_t = fused_attention(qkv_t, biases, num_heads, counts, (dim // num_heads)**-0.5,
                             dropout_p, lengths=lengths)
-    out = torch.addmm(out_bias, out_t.t(), out_weight_t)
-    if rows is not None:
-        # rows are distinct: index_add_ into zeros is index_copy, at 60 against 100 us
-        out = out.new_zeros(b * length, dim).index_add_(0, rows, out)
-    return out.view(b, length, dim)
+    return torch.addmm(out_bias, out_t.t(), out_weight_t)

@@ -39,9 +39,7 @@ class SizeGroups:
         length: tokens ``L`` of the whole batch.
         fused: attention runs in the fused C kernel
             (:mod:`~graphormer_sepnorm.nn.cpu.native.fused_attention`), which takes the group
-            biases keys-first. Set by the model, which decides once per batch.
-        rows: :meth:`token_rows`, computed once per batch by the model for the fused
-            attention (which computes them itself when they are missing).
+            biases keys-first. Set by the CPU backend's encoder, once per batch.
     """
 
     order: Tensor | None
@@ -50,7 +48,6 @@ class SizeGroups:
     lengths: list[int]
     length: int
     fused: bool = False
-    rows: Tensor | None = None
 
     @classmethod
     def plan(cls, node_mask: Tensor, num_heads: int,
@@ -129,20 +126,3 @@ class SizeGroups:
                           + torch.arange(length, device=device)).flatten())
             first += count
         return torch.cat(parts)
-
-    def split_bias(self, bias: Tensor) -> list[Tensor]:
-        """``bias`` ``[B, H, L, L]`` as one contiguous ``[H * B_g, L_g, L_g]`` tensor per group.
-
-        Head-major (``g = h * B_g + b``), the batch order of the CPU attention block
-        (:mod:`~graphormer_sepnorm.nn.cpu.head_major`); keys-first (``[g, key, query]``) when
-        ``fused``. Done once per batch: the layers share these, so backward gathers each
-        group's gradient into the full bias once, not once per layer.
-        """
-        if self.order is not None:
-            bias = bias.index_select(0, self.order)
-        if self.fused:
-            bias = bias.transpose(2, 3)
-        parts = [part[:, :, :length, :length].transpose(0, 1).reshape(-1, length, length)
-                 for part, length in zip(bias.split(self.counts), self.lengths, strict=True)]
-        # with one graph or one head reshape returns a view, a transposed one if fused
-        return [part.contiguous() for part in parts]
