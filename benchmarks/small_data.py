@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphormer_sepnorm.experiment import append_row, read_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ["solubility", "freesolv", "ace_chembl1862_ki", "ace_chembl219_ki"]
 FIELDS = ["set", "method", "seed", "test_mae", "test_rmse", "minutes", "cpu_minutes", "n_train",
@@ -140,23 +142,6 @@ def git_commit(folder: Path) -> str:
         return ""
 
 
-def load_results(path: Path) -> list[dict[str, str]]:
-    if not path.is_file():
-        return []
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def append_result(path: Path, row: dict[str, object]) -> None:
-    new = not path.is_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
-
-
 def _mean_std(values: list[float]) -> str:
     if not values:
         return "-"
@@ -242,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
             counts = {k: split.count(k) for k in ("train", "val", "test")}
             for seed in args.seeds:
                 for method in methods:
-                    done = {(r["set"], r["method"], r["seed"]) for r in load_results(args.results)}
+                    done = {(r["set"], r["method"], r["seed"]) for r in read_rows(args.results)}
                     if (name, method, str(seed)) in done and not args.rerun:
                         continue
                     run_dir = args.runs_dir / name / method / f"seed{seed}"
@@ -257,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
                                                                       variants[method])
                     print(f"  test MAE {mae:.4f}, RMSE {rmse:.4f}, {seconds / 60:.1f} min "
                           f"({cpu / 60:.1f} CPU min)", flush=True)
-                    append_result(args.results, {
+                    append_row(args.results, {
                         "set": name, "method": method, "seed": seed,
                         "test_mae": f"{mae:.6g}", "test_rmse": f"{rmse:.6g}",
                         "minutes": f"{seconds / 60:.2f}",
@@ -266,8 +251,9 @@ def main(argv: list[str] | None = None) -> None:
                         "command": shlex.join(command), "run_dir": str(run_dir),
                         "commit": ("chemprop" if method == "chemprop"
                                    else git_commit(args.workdir)),
-                        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    rows = [r for r in load_results(args.results) if math.isfinite(float(r["test_mae"]))]
+                        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+                        FIELDS)
+    rows = [r for r in read_rows(args.results) if math.isfinite(float(r["test_mae"]))]
     table = summary(rows, args.sets, methods)
     print(table)
     md = args.results.with_suffix(".md")

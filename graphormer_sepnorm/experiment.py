@@ -164,14 +164,15 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def append_row(path: Path, row: dict[str, Any]) -> None:
-    """Appends one run, writing the header first in a new file."""
+def append_row(path: Path, row: dict[str, Any], fields: list[str] = FIELDS) -> None:
+    """Appends one run (its ``fields``), writing the header first in a new file."""
     new = not path.is_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer = csv.DictWriter(f, fieldnames=fields)
         if new:
             writer.writeheader()
-        writer.writerow({k: row[k] for k in FIELDS})
+        writer.writerow({k: row[k] for k in fields})
 
 
 def mean_std(values: list[float], digits: int = 4) -> str:
