@@ -112,12 +112,13 @@ def _first_hop_edges(
 
 
 def _walk_paths(spd: np.ndarray, max_hops: int, first: np.ndarray, successor: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
     """The hops of one shortest path per pair, up to ``max_hops`` each.
 
     ``successor[p]`` is the pair ``(v, j)`` reached from pair ``p = (i, j)`` by its first edge
     ``first[p] = (i -> v)``. Pairs are sorted by decreasing distance once, so the pairs still
-    walking at hop ``k`` are a prefix. Returns ``(hop_pair, hop_index, hop_edge)``, by hop.
+    walking at hop ``k`` are a prefix. Returns ``(hop_pair, hop_index, hop_edge)``, by hop, and
+    the hops per hop index (``GraphormerBatch.hop_counts``).
     """
     pair = np.flatnonzero(spd >= 1)
     pair = pair[np.argsort(-spd[pair].astype(np.int16), kind="stable")]
@@ -131,7 +132,7 @@ def _walk_paths(spd: np.ndarray, max_hops: int, first: np.ndarray, successor: np
         cur = successor[cur]
         start += walking[k]
     hop_pair = np.concatenate([pair[:count] for count in walking]) if max_hops else pair[:0]
-    return hop_pair, np.repeat(np.arange(max_hops), walking), hop_edge
+    return hop_pair, np.repeat(np.arange(max_hops), walking), hop_edge, tuple(walking.tolist())
 
 
 class GraphormerCollator:
@@ -172,7 +173,7 @@ class GraphormerCollator:
         has = first >= 0
         successor[has] = (pair_ptr[pair_graph[has]] + edge_index[1, first[has]] * pair_n[has]
                           + pair_j[has])
-        hop_pair, hop_index, hop_edge = _walk_paths(
+        hop_pair, hop_index, hop_edge, hop_counts = _walk_paths(
             spd, min(self.multi_hop_max_dist, int(spd.max(initial=0))), first, successor)
         node_ptr = np.cumsum(n) - n
         degree = np.bincount(edge_index[1] + node_ptr[edge_graph], minlength=len(node_graph))
@@ -189,7 +190,7 @@ class GraphormerCollator:
             hop_index=t(hop_index),
             hop_edge=t(hop_edge),
             y=_stack_targets(graphs),
-            hop_counts=tuple(np.bincount(hop_index).tolist()) if len(hop_index) else (),
+            hop_counts=hop_counts,
         )
 
 
