@@ -44,6 +44,15 @@ class GraphormerBatch:
             those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.
             ``None`` when the lists are in any other order. Plain ints: reading it never
             synchronizes with a device.
+
+    The **grid layout** (:attr:`is_grid`, built by :class:`~graphormer_sepnorm.data.grid.GridGraphs`
+    for devices that want static shapes) holds every position of the padded grid instead of the
+    real ones: ``x`` and ``degree`` have ``B * N`` rows and ``node_slot`` is ``arange(B * N)``;
+    the pairs are all ``P = B * N * N`` of the grid, in order (``pair_slot`` is ``arange(P)``,
+    padded pairs at distance 0); ``hop_edge`` and ``hop_index`` are ``[P, S]``, ``S`` hop slots
+    per pair, a slot past the path's length with ``hop_index >= K`` (it counts for nothing), and
+    ``hop_pair`` is ``arange(P)``; ``edge_attr`` holds one row per edge *type* and ``hop_edge``
+    indexes it. Shapes then depend on ``B``, ``N`` and ``S`` only.
     """
 
     x: Tensor
@@ -58,6 +67,11 @@ class GraphormerBatch:
     hop_edge: Tensor
     y: Tensor | None = None
     hop_counts: tuple[int, ...] | None = None
+
+    @property
+    def is_grid(self) -> bool:
+        """Whether the batch is in the grid layout (static shapes; see the class docstring)."""
+        return self.hop_edge.dim() == 2
 
     @property
     def num_graphs(self) -> int:

@@ -14,7 +14,9 @@ class BiasedMultiheadAttention(nn.Module):
     ``-inf`` on padded keys. By default ``F.scaled_dot_product_attention`` computes it (its
     fused kernels where they apply; the float bias is differentiable); with ``need_weights``
     the same is computed explicitly so the probabilities can be returned, e.g. to plot the
-    graph token's attention to the atoms.
+    graph token's attention to the atoms, or when :attr:`fused` is false (under ``vmap``, where
+    SDPA's CPU kernel takes no gradient for the bias; at head size 10 a GPU runs SDPA's unfused
+    math anyway).
 
     Args:
         dim: model size ``D``.
@@ -41,6 +43,7 @@ class BiasedMultiheadAttention(nn.Module):
             raise ValueError(f"hidden size {dim} is not divisible by {num_heads} heads")
         self.num_heads = num_heads
         self.dropout = dropout
+        self.fused = True
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
@@ -59,10 +62,11 @@ class BiasedMultiheadAttention(nn.Module):
         q, k, v = self.qkv(x).view(b, length, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4)
         q, bias = q[:, :, :queries], bias[:, :, :queries].to(q.dtype)
         weights = None
-        if need_weights:
+        if need_weights or not self.fused:
             scores = (q @ k.transpose(-1, -2)) * head_dim**-0.5 + bias
             weights = scores.softmax(-1)
             out = F.dropout(weights, dropout_p) @ v
+            weights = weights if need_weights else None
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
         return self.out(out.transpose(1, 2).reshape(b, queries, dim)), weights

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
@@ -109,13 +110,15 @@ class EdgePathEncoder(nn.Module):
             >>> out.shape
             torch.Size([1, 2])
         """
+        if hop_edge.dim() == 2:
+            return self._per_pair(edge_attr, hop_edge, hop_index, spd)
         k, num_edges = self.multi_hop_max_dist, len(edge_attr)
         if self.encoding == "simple":
             edges = self.edge_embedding(edge_attr)
             direct = ((hop_index == 0) & (spd[hop_pair] == 1)).unsqueeze(1)
             return edges.new_zeros(len(spd), edges.shape[1]).index_add(
                 0, hop_pair, edges[hop_edge] * direct)
-        table = self.hop_table(edge_attr)
+        table = _sum_precision(self.hop_table(edge_attr))
         # hops past K count for nothing; a product, not a boolean selection, keeps this free of
         # host synchronization (the collator usually keeps no more than K hops anyway)
         kept = (hop_index < k).unsqueeze(1).to(table.dtype)
@@ -123,16 +126,40 @@ class EdgePathEncoder(nn.Module):
         out = table.new_zeros(len(spd), table.shape[1]).index_add(0, hop_pair, table[rows] * kept)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
+    def _per_pair(self, edge_attr: Tensor, hop_edge: Tensor, hop_index: Tensor,
+                  spd: Tensor) -> Tensor:
+        """The grid layout's sums: ``hop_edge``, ``hop_index`` ``[P, S]``, ``S`` slots a pair.
+
+        Each pair's slots are one bag of ``embedding_bag``: no ``[P, S, H]`` intermediate.
+        """
+        k = self.multi_hop_max_dist
+        if self.encoding == "simple":
+            direct = (spd == 1).unsqueeze(1)
+            return self.edge_embedding(edge_attr)[hop_edge[:, 0]] * direct
+        table = _sum_precision(self.hop_table(edge_attr))
+        rows = hop_index.clamp(max=k - 1) * len(edge_attr) + hop_edge
+        out = F.embedding_bag(rows, table, mode="sum",
+                              per_sample_weights=(hop_index < k).to(table.dtype))
+        return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
+
+
+def _sum_precision(table: Tensor) -> Tensor:
+    """``table`` in at least float32, for the sums over hops.
+
+    Under autocast the hop table comes out of ``einsum`` in bfloat16, and up to ``K`` hops are
+    summed from it.
+    """
+    return table.to(torch.promote_types(table.dtype, torch.float32))
+
 
 def padded_keys(node_mask: Tensor, dtype: torch.dtype) -> Tensor:
     """``[B, 1 + N]``: 0 for the graph token and real atoms, ``-inf`` for padded positions.
 
     Added to every query's scores, it masks the padded keys (``node_mask`` ``[B, N]``).
     """
-    keys = torch.zeros(node_mask.shape[0], node_mask.shape[1] + 1, dtype=dtype,
-                       device=node_mask.device)
-    keys[:, 1:].masked_fill_(~node_mask, float("-inf"))
-    return keys
+    atoms = torch.zeros(node_mask.shape, dtype=dtype, device=node_mask.device)
+    # out of place, so that it also runs under vmap (packed replicas)
+    return F.pad(atoms.masked_fill(~node_mask, float("-inf")), (1, 0))
 
 
 class AttentionBias(nn.Module):
@@ -198,6 +225,8 @@ class AttentionBias(nn.Module):
         token_edge[0] = token_edge[:, 0] = 1
         keys = padded_keys(batch.node_mask, pair.dtype)
         bias = keys[:, None, None, :] + token_edge * self.virtual_distance.view(heads, 1, 1)
+        if batch.is_grid:  # the pairs are the whole [B, N, N] grid, in order
+            return bias + F.pad(pair.view(b, n, n, heads).permute(0, 3, 1, 2), (1, 0, 1, 0))
         slot = batch.pair_slot
         graph, i, j = slot // (n * n), slot // n % n + 1, slot % n + 1
         bias[graph, :, i, j] = pair

@@ -96,13 +96,16 @@ class Graphormer(nn.Module):
         nn.init.normal_(self.graph_token, std=0.02)
 
     def embed_tokens(self, batch: GraphormerBatch) -> Tensor:
-        """The layers' input: graph token and atom embeddings, ``[B, 1 + N, D]`` (zero padding).
+        """The layers' input: graph token and atom embeddings, ``[B, 1 + N, D]``.
 
-        Before the input dropout.
+        Before the input dropout. Padded positions are zero, except in the grid layout
+        (:attr:`GraphormerBatch.is_grid`), where they hold whatever the padding's features embed
+        to: no real token attends to them, so no output depends on them.
         """
         b, n = batch.node_mask.shape
         atoms = self.atom_encoder(batch.x) + self.degree_encoder(batch.degree)
-        grid = atoms.new_zeros(b * n, atoms.shape[1]).index_copy(0, batch.node_slot, atoms)
+        grid = atoms if batch.is_grid else atoms.new_zeros(b * n, atoms.shape[1]).index_copy(
+            0, batch.node_slot, atoms)
         return torch.cat([self.graph_token.expand(b, 1, -1).to(atoms.dtype),
                           grid.view(b, n, -1)], dim=1)
 

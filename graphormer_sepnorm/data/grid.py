@@ -1,0 +1,170 @@
+"""A dataset split stored once on a device, and static-shape batches gathered there.
+
+The collator builds every batch on the host: shortest-path walks, hop lists whose lengths
+change with every batch, a host-to-device copy. A GPU step of Graphormer-slim is a few
+milliseconds, so that work, and the shapes that change every step, would bound it.
+:class:`GridGraphs` does the walks once per split and keeps the results on the device, flat:
+
+- per atom: its features and degree;
+- per graph: its atom count and the offsets of its atoms and pairs;
+- per pair ``(i, j)`` of each graph (``N_g^2`` of them): the hop distance and the edge *type* of
+  each hop of one shortest path, ``S = min(K, longest path)`` slots (uint8 while there are at
+  most 255 edge types).
+
+A batch is then a few index gathers on the device, in the grid layout of
+:class:`~graphormer_sepnorm.data.collate.GraphormerBatch` (every position of the padded
+``[B, N]`` grid, every pair of ``[B, N, N]``): its shapes depend only on ``B``, ``N`` and ``S``,
+nothing reads a value back to the host, so a step can be compiled or captured once per shape.
+The model computes exactly what it computes from the collator's batch of the same graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator, _as_2d
+from graphormer_sepnorm.data.transform import add_shortest_paths
+
+#: Graphs walked per collator call while building.
+_CHUNK = 1024
+
+
+class GridGraphs:
+    """Graphs featurized once and kept on ``device``; :meth:`batch` gathers a grid batch.
+
+    Args:
+        graphs: PyG graphs with ``x``, ``edge_index``, ``edge_attr`` (``spd`` is computed when
+            missing; ``y`` optional, on all graphs or none).
+        multi_hop_max_dist: ``K``, hops of each shortest path kept. Default: 20.
+        device: where the tensors live. Default: CPU.
+
+    Attributes:
+        sizes: ``[G]`` numpy atom counts, on the host: batch lengths are chosen from them
+            without reading the device.
+        hop_slots: ``S``.
+
+    Examples:
+        >>> ring = Data(x=torch.zeros(3, 1, dtype=torch.long),
+        ...             edge_index=torch.tensor([[0, 1, 1, 2, 2, 0], [1, 0, 2, 1, 0, 2]]),
+        ...             edge_attr=torch.zeros(6, 1, dtype=torch.long))
+        >>> store = GridGraphs([ring, ring, ring])
+        >>> batch = store.batch(torch.tensor([0, 2]), length=4)  # 2 graphs padded to 4 atoms
+        >>> batch.is_grid, tuple(batch.node_mask.shape), tuple(batch.hop_edge.shape)
+        (True, (2, 4), (32, 1))
+    """
+
+    def __init__(self, graphs: Sequence[Data], multi_hop_max_dist: int = 20,
+                 device: torch.device | str = "cpu") -> None:
+        graphs = [g if getattr(g, "spd", None) is not None else g.clone() for g in graphs]
+        missing = [g for g in graphs if getattr(g, "spd", None) is None]
+        add_shortest_paths(missing)
+        self.multi_hop_max_dist = multi_hop_max_dist
+        self.sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
+        host = _host_arrays(graphs, multi_hop_max_dist)
+        self.hop_slots = host["path"].shape[1]
+        self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
+        self.y = (torch.cat([g.y.reshape(1, -1) for g in graphs]).float().to(device)
+                  if all(getattr(g, "y", None) is not None for g in graphs) else None)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the tensors live."""
+        return self.tensors["x"].device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the stored tensors take."""
+        tensors = [*self.tensors.values(), *([self.y] if self.y is not None else [])]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def batch(self, index: Tensor, length: int) -> GraphormerBatch:
+        """The graphs ``index`` (``[..., B]`` long, on the device) padded to ``length`` atoms.
+
+        Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field.
+        ``length`` must be at least the largest atom count among them (see :meth:`length_for`).
+        """
+        t, lead, k = self.tensors, index.shape[:-1], self.multi_hop_max_dist
+        n = t["num_nodes"][index].unsqueeze(-1)  # [..., B, 1]
+        pos = torch.arange(length, device=index.device)
+        node_mask = pos < n  # [..., B, N]
+        atom = torch.where(node_mask, t["node_ptr"][index].unsqueeze(-1) + pos, 0)
+        pair_mask = node_mask.unsqueeze(-1) & node_mask.unsqueeze(-2)  # [..., B, N, N]
+        first_pair = t["pair_ptr"][index][..., None, None]  # [..., B, 1, 1]
+        pair = torch.where(pair_mask, first_pair + pos.unsqueeze(-1) * n.unsqueeze(-1) + pos, 0)
+        spd = torch.where(pair_mask, t["spd"][pair].long(), 0).flatten(-3)  # [..., P]
+        slots = torch.arange(self.hop_slots, device=index.device)
+        hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)  # [..., P, S]
+        grid_pairs = torch.arange(spd.shape[-1], device=index.device).expand(spd.shape)
+        grid_atoms = node_mask.flatten(-2)
+        return GraphormerBatch(
+            x=t["x"][atom].long().flatten(-3, -2),
+            degree=t["degree"][atom].long().flatten(-2),
+            node_slot=torch.arange(grid_atoms.shape[-1], device=index.device).expand(
+                grid_atoms.shape),
+            node_mask=node_mask,
+            edge_attr=t["edge_types"].expand(*lead, *t["edge_types"].shape),
+            pair_slot=grid_pairs,
+            pair_spd=spd,
+            hop_pair=grid_pairs,
+            hop_index=hop_index,
+            hop_edge=t["path"][pair].long().flatten(-4, -2),
+            y=None if self.y is None else self.y[index],
+        )
+
+    def length_for(self, index: np.ndarray, multiple: int = 8) -> int:
+        """The padded length of a batch of graphs ``index`` (host ints).
+
+        Their largest atom count rounded up to ``multiple``, so that few shapes occur.
+        """
+        largest = int(self.sizes[index].max(initial=1))
+        return -(-largest // multiple) * multiple
+
+
+def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:
+    """The flat numpy arrays :class:`GridGraphs` keeps (see the module docstring)."""
+    n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
+    edge_attr = np.concatenate([_as_2d(g.edge_attr).numpy() for g in graphs])
+    edge_index = [g.edge_index.numpy() for g in graphs]
+    if len(edge_attr):
+        edge_types, edge_type = np.unique(edge_attr, axis=0, return_inverse=True)
+    else:  # no edges anywhere: one type row keeps every gather in range
+        edge_types = np.zeros((1, edge_attr.shape[1]), dtype=edge_attr.dtype)
+        edge_type = np.zeros(0, dtype=np.int64)
+    spd = np.concatenate([g.spd.numpy() for g in graphs]).astype(np.int16)
+    slots = max(1, min(k, int(spd.max(initial=0))))
+    path = np.zeros((len(spd), slots), dtype=np.uint8 if len(edge_types) <= 256 else np.int16)
+    _fill_paths(graphs, path, edge_type.reshape(-1), n, k)
+    degree = np.concatenate([np.bincount(e[1], minlength=m) for e, m in zip(edge_index, n,
+                                                                                strict=True)])
+    return {
+        "x": np.concatenate([_as_2d(g.x).numpy() for g in graphs]).astype(np.int16),
+        "degree": degree.astype(np.int16),
+        "num_nodes": n,
+        "node_ptr": np.cumsum(n) - n,
+        "pair_ptr": np.cumsum(n * n) - n * n,
+        "spd": spd.astype(np.int8) if spd.max(initial=0) < 128 else spd,
+        "path": path,
+        "edge_types": edge_types.astype(np.int64),
+    }
+
+
+def _fill_paths(graphs: Sequence[Data], path: np.ndarray, edge_type: np.ndarray,
+                n: np.ndarray, k: int) -> None:
+    """Writes each pair's hop edge types into ``path``, walking chunks with the collator."""
+    collate = GraphormerCollator(k)
+    pair_start = edge_start = 0
+    for start in range(0, len(graphs), _CHUNK):
+        chunk = graphs[start:start + _CHUNK]
+        batch = collate(chunk)
+        hop_edge = edge_start + batch.hop_edge.numpy()
+        path[pair_start + batch.hop_pair.numpy(), batch.hop_index.numpy()] = edge_type[hop_edge]
+        pair_start += int((n[start:start + _CHUNK] ** 2).sum())
+        edge_start += sum(g.edge_index.shape[1] for g in chunk)
