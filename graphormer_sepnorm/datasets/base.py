@@ -12,9 +12,12 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler, add_shortest_paths
+from graphormer_sepnorm.data.device_batches import DeviceBatches
+from graphormer_sepnorm.data.grid import GridGraphs
 
 SPLITS = ("train", "val", "test")
 TrainBatches = Literal["random", "size_grouped"]
+Engine = Literal["loader", "device"]
 #: Batches per size-sorted pool when training batches are size-grouped (an opt-in).
 SIZE_GROUPED_POOL = 50
 
@@ -127,17 +130,34 @@ class GraphDataModule(LightningDataModule):
             batches of molecules of similar size (pools of 50 batches sorted by size), less
             padding on the CPU but biased batch statistics; an opt-in for models without
             BatchNorm, refused at fit time for one with it (SepNorm's default).
+        engine: ``'loader'`` (default): a DataLoader of the collator's batches. ``'device'``:
+            each split is walked once and kept on the training device
+            (:class:`~graphormer_sepnorm.data.grid.GridGraphs`); a step's batch is gathered
+            there with static shapes (``data.device_batches.DeviceBatches``), and the last
+            incomplete training batch of an epoch is dropped. On the CPU, where the
+            CPU backend runs the collator's batches fastest, ``'device'`` builds those in
+            process instead, except for packed replicas, which need the grid.
+        replica_seeds: one seed per packed replica (the model's ``seeds``; the CLI links them):
+            each replica draws its own training batches. ``None``: one replica, ``seed``.
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
                  eval_batch_size: int | None = None, num_workers: int = 0,
                  multi_hop_max_dist: int = 20, seed: int = 0,
-                 train_batches: TrainBatches = "random") -> None:
+                 train_batches: TrainBatches = "random", engine: Engine = "loader",
+                 replica_seeds: list[int] | None = None) -> None:
         super().__init__()
         if train_batches not in ("random", "size_grouped"):
             raise ValueError(f"train_batches must be 'random' or 'size_grouped', not "
                              f"{train_batches!r}")
+        if engine not in ("loader", "device"):
+            raise ValueError(f"engine must be 'loader' or 'device', not {engine!r}")
+        if replica_seeds is not None and engine != "device":
+            raise ValueError("packed replicas (replica_seeds) train with engine='device'")
         self.train_batches = train_batches
+        self.engine = engine
+        self.replica_seeds = list(replica_seeds) if replica_seeds else None
+        self._stores: dict[str, GridGraphs] = {}
         self.root = root
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -168,10 +188,10 @@ class GraphDataModule(LightningDataModule):
         y = torch.cat([g.y.reshape(1, -1).float() for g in self.splits["train"]])
         return y.mean(0).tolist(), y.std(0).tolist()
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
+    def _sampler(self, split: str, train: bool, seed: int,
+                 drop_last: bool = False) -> Sampler[list[int]]:
         assert self.splits is not None, "call setup() first"
-        graphs = self.splits[split]
-        sizes = [g.num_nodes for g in graphs]
+        sizes = [g.num_nodes for g in self.splits[split]]
         batch_size = self.batch_size if train else self.eval_batch_size
         # Evaluation batches come from one pool sorted by size (order never changes a metric,
         # BatchNorm uses its running statistics); training batches are uniform random samples
@@ -179,15 +199,36 @@ class GraphDataModule(LightningDataModule):
         pool = max(1, len(sizes))
         if train:
             pool = SIZE_GROUPED_POOL if self.train_batches == "size_grouped" else 1
-        batches = SizeGroupedBatchSampler(sizes, batch_size, seed=self.seed, pool_batches=pool)
+        drop_last = drop_last and len(sizes) >= batch_size  # never an empty epoch
+        batches = SizeGroupedBatchSampler(sizes, batch_size, seed=seed, pool_batches=pool,
+                                          drop_last=drop_last)
         world = self.trainer.world_size if self.trainer is not None else 1
         rank = self.trainer.global_rank if self.trainer is not None else 0
-        sampler = ShardedBatches(batches, rank, world, even=train) if world > 1 else batches
-        return DataLoader(GraphList(graphs), batch_sampler=sampler, num_workers=self.num_workers,
+        return ShardedBatches(batches, rank, world, even=train) if world > 1 else batches
+
+    def _loader(self, split: str, train: bool) -> DataLoader | DeviceBatches:
+        if self.engine == "device":
+            return self._device_batches(split, train)
+        return DataLoader(GraphList(self.splits[split]),
+                          batch_sampler=self._sampler(split, train, self.seed),
+                          num_workers=self.num_workers,
                           collate_fn=GraphormerCollator(self.multi_hop_max_dist),
                           persistent_workers=self.num_workers > 0)
 
-    def train_dataloader(self) -> DataLoader:
+    def _device_batches(self, split: str, train: bool) -> DeviceBatches:
+        packed = train and self.replica_seeds is not None
+        seeds = self.replica_seeds if packed else [self.seed]
+        samplers = [self._sampler(split, train, seed, drop_last=train) for seed in seeds]
+        device = self.trainer.strategy.root_device if self.trainer is not None else None
+        if (device is None or device.type == "cpu") and not self.replica_seeds:
+            return DeviceBatches(None, samplers, graphs=self.splits[split],
+                                 collate=GraphormerCollator(self.multi_hop_max_dist))
+        if split not in self._stores:
+            self._stores[split] = GridGraphs(self.splits[split], self.multi_hop_max_dist,
+                                             device or "cpu")
+        return DeviceBatches(self._stores[split], samplers, stack=packed)
+
+    def train_dataloader(self) -> DataLoader | DeviceBatches:
         """Training batches: uniform random samples (or size-grouped, see ``train_batches``)."""
         if self.train_batches == "size_grouped":
             warnings.warn("train_batches='size_grouped': every training batch holds molecules "
@@ -195,11 +236,11 @@ class GraphDataModule(LightningDataModule):
                           "use it only for models without BatchNorm", stacklevel=2)
         return self._loader("train", train=True)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader | DeviceBatches:
         """Validation batches (each graph once)."""
         return self._loader("val", train=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader | DeviceBatches:
         """Test batches (each graph once)."""
         return self._loader("test", train=False)
 

@@ -17,7 +17,12 @@ from rdkit import rdBase
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.datasets.base import GraphDataModule, TrainBatches, make_dataset_info
+from graphormer_sepnorm.datasets.base import (
+    Engine,
+    GraphDataModule,
+    TrainBatches,
+    make_dataset_info,
+)
 from graphormer_sepnorm.featurizers import build_featurizer, featurize_many
 
 SPLIT_VALUES = {"train": "train", "val": "val", "valid": "val", "validation": "val",
@@ -222,9 +227,10 @@ class SmilesCSVDataModule(GraphDataModule):
                  on_invalid: Literal["error", "skip"] = "error", root: str = "data",
                  batch_size: int = 256, eval_batch_size: int | None = None,
                  num_workers: int = 0, multi_hop_max_dist: int = 20, seed: int = 0,
-                 train_batches: TrainBatches = "random") -> None:
+                 train_batches: TrainBatches = "random", engine: Engine = "loader",
+                 replica_seeds: list[int] | None = None) -> None:
         super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
-                         seed, train_batches)
+                         seed, train_batches, engine, replica_seeds)
         self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
         columns = [target_columns] if isinstance(target_columns, str) else list(target_columns)
         _check_choice("task", task, ("regression", "binary"))

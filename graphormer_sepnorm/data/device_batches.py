@@ -1,0 +1,93 @@
+"""An epoch of batches gathered on the device: the engine's replacement for a DataLoader."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+from torch_geometric.data import Data
+
+from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
+from graphormer_sepnorm.data.grid import GridGraphs
+
+
+class _EpochSetter(list):
+    """The replicas' batch samplers; Lightning finds this as ``.sampler`` and sets the epoch."""
+
+    def set_epoch(self, epoch: int) -> None:
+        for sampler in self:
+            sampler.set_epoch(epoch)
+
+
+class DeviceBatches:
+    """Grid batches of a :class:`~graphormer_sepnorm.data.grid.GridGraphs`, one per step.
+
+    The batch samplers (one per packed replica; each its own seed, so its own data order) are
+    drawn on the host at the start of an epoch; their graph indices go to the device in one copy
+    and each step's batch is gathered there (:meth:`GridGraphs.batch
+    <graphormer_sepnorm.data.grid.GridGraphs.batch>`), padded to the batch's largest molecule
+    rounded up to ``length_multiple``, a length read from host sizes. With several replicas a
+    step's batches are stacked ``[R, B]`` and share one length. Lightning takes it as a
+    dataloader (it has ``__len__`` and a ``sampler`` whose epoch it sets).
+
+    Args:
+        store: the split's graphs on the device.
+        samplers: one batch sampler per replica (lists of graph indices); with several, their
+            batches must have equal sizes (full batches: ``drop_last``).
+        length_multiple: padded lengths are multiples of it, so few shapes occur. Default: 8.
+        collate: instead of grid batches, the collator's batches of ``graphs`` (one replica):
+            what the CPU backend runs fastest, built in process. Default: none.
+        graphs: the split's graphs, for ``collate``.
+        stack: batches ``[R, B]``, one row per sampler (packed replicas' training batches),
+            also for ``R = 1``. Default: false (one sampler, batches ``[B]``).
+    """
+
+    def __init__(self, store: GridGraphs | None, samplers: Sequence[Sampler[list[int]]],
+                 length_multiple: int = 8, collate: GraphormerCollator | None = None,
+                 graphs: Sequence[Data] = (), stack: bool = False) -> None:
+        if not samplers or len(samplers) > 1 and not stack:
+            raise ValueError("one batch sampler, or several with stack=True")
+        if (store is None) == (collate is None) or collate is not None and len(samplers) > 1:
+            raise ValueError("give a store, or a collator and the graphs of one replica")
+        self.store = store
+        self.sampler = _EpochSetter(samplers)
+        self.batch_sampler = None  # Lightning inspects a dataloader's pair of them
+        self.length_multiple = length_multiple
+        self.collate, self.graphs, self.stack = collate, graphs, stack
+
+    def __len__(self) -> int:
+        return min(len(s) for s in self.sampler)
+
+    def _epoch(self) -> list[np.ndarray]:
+        """This epoch's batches as host arrays ``[R, B]`` (``[B]`` unless ``stack``)."""
+        per_replica = [list(s) for s in self.sampler]
+        steps = min(len(b) for b in per_replica)
+        batches = []
+        for step in range(steps):
+            members = [b[step] for b in per_replica]
+            if len({len(m) for m in members}) > 1:
+                raise ValueError("packed replicas need batches of one size; drop the last, "
+                                 "incomplete batch of an epoch")
+            batch = np.asarray(members, dtype=np.int64)
+            batches.append(batch if self.stack else batch[0])
+        return batches
+
+    def __iter__(self) -> Iterator[GraphormerBatch]:
+        batches = self._epoch()
+        if self.collate is not None:
+            for batch in batches:
+                yield self.collate([self.graphs[i] for i in batch])
+            return
+        if not batches:
+            return
+        # one host-to-device copy an epoch; each step slices a view of it
+        sizes = [b.size for b in batches]
+        host = torch.from_numpy(np.concatenate([b.reshape(-1) for b in batches]))
+        if self.store.device.type == "cuda":
+            host = host.pin_memory()
+        on_device = host.to(self.store.device, non_blocking=True)
+        for batch, index in zip(batches, on_device.split(sizes), strict=True):
+            length = self.store.length_for(batch.reshape(-1), self.length_multiple)
+            yield self.store.batch(index.view(batch.shape), length)
