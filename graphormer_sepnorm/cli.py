@@ -30,7 +30,8 @@ class GraphormerCLI(LightningCLI):
     """Links what the model must agree on with the data.
 
     ``model.dataset_info`` (task, targets, feature dims, featurizer) comes from the datamodule,
-    and the datamodule's collator keeps as many hops as the model's edge encoder uses. ``fit``
+    the datamodule's collator keeps as many hops as the model's edge encoder uses, and packed
+    replicas (``model.seeds``) each draw their own batches (``data.replica_seeds``). ``fit``
     ends with a summary (:func:`~graphormer_sepnorm.training.report.fit_summary`), with the best
     checkpoint's test metrics unless ``--test_best false``.
     """
@@ -40,6 +41,7 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.dataset_info", "model.dataset_info", apply_on="instantiate")
         parser.link_arguments("model.config.multi_hop_max_dist",
                               "data.init_args.multi_hop_max_dist")
+        parser.link_arguments("model.seeds", "data.init_args.replica_seeds")
         parser.add_argument("--test_best", type=bool, default=True,
                             help="fit only: after fitting, test the best checkpoint when the "
                                  "data has a test split, and print its metrics in the summary")

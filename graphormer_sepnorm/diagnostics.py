@@ -83,7 +83,8 @@ class GraphTokenDiagnostics(Callback):
     :func:`uniformity`. They are read off the validation step's own forward pass (the input of
     the model's ``head``, which is exactly ``model.embed(batch)``), so collecting costs no extra
     computation; when the validation step does not run the head on the batch, the callback runs
-    ``model.embed(batch)`` itself (one extra eval-mode forward per batch).
+    ``model.embed(batch)`` itself (one extra eval-mode forward per batch). Packed replicas
+    (several models in one fit) have no single embedding: nothing is logged for them.
 
     Args:
         max_graphs: embeddings kept per process. Default: 4096.
@@ -104,6 +105,10 @@ class GraphTokenDiagnostics(Callback):
 
     def _model(self, pl_module: LightningModule) -> nn.Module:
         return getattr(pl_module, self.model_attr)
+
+    def _applies(self, pl_module: LightningModule) -> bool:
+        # packed replicas (several models in one) have no single embedding to measure
+        return hasattr(self._model(pl_module), "embed")
 
     def _capture(self, module: nn.Module, args: tuple[object, ...]) -> None:
         if args and isinstance(args[0], Tensor):
@@ -126,7 +131,8 @@ class GraphTokenDiagnostics(Callback):
                                 dataloader_idx: int = 0) -> None:
         """Keeps the batch's embeddings while fewer than ``max_graphs`` are collected."""
         pending, self._pending = self._pending, None
-        if sum(len(e) for e in self._embeddings) >= self.max_graphs:
+        if sum(len(e) for e in self._embeddings) >= self.max_graphs or not self._applies(
+                pl_module):
             return
         if pending is None or pending.dim() != 2 or len(pending) != batch.num_graphs:
             with torch.no_grad():
@@ -136,7 +142,7 @@ class GraphTokenDiagnostics(Callback):
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Logs the two measures of the collected embeddings."""
         self._remove_hook()
-        if trainer.sanity_checking:
+        if trainer.sanity_checking or not self._applies(pl_module):
             return
         if self._embeddings:
             z = torch.cat(self._embeddings)[: self.max_graphs]

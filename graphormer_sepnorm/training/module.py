@@ -51,7 +51,22 @@ def model_config(config: GraphormerConfig | Mapping[str, Any] | None,
                           num_tasks=len(info["target_names"]))
 
 
-class GraphormerModule(LightningModule):
+class _PackedWhenSeeded(LightningModule):
+    """``GraphormerModule(..., seeds=[...])`` makes a :class:`PackedGraphormerModule`.
+
+    So the CLI, configs and ``load_from_checkpoint`` reach it through one class. ``__new__``
+    sits on this base so that jsonargparse still reads ``GraphormerModule.__init__``.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _PackedWhenSeeded:
+        if cls is GraphormerModule and kwargs.get("seeds"):
+            from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
+
+            return super().__new__(PackedGraphormerModule)
+        return super().__new__(cls)
+
+
+class GraphormerModule(_PackedWhenSeeded):
     """Trains a :class:`~graphormer_sepnorm.nn.model.Graphormer` for regression or classification.
 
     The task (:mod:`~graphormer_sepnorm.training.tasks`, from ``dataset_info['task']``) gives
@@ -95,6 +110,9 @@ class GraphormerModule(LightningModule):
         power: exponent of the decay. Default: 1 (linear).
         standardize_targets: regression only: train on targets standardized with the training
             set's mean and std (set at fit start, stored in the checkpoint). Default: false.
+        seeds: packed replicas: one model per seed, trained together in this fit; the module is
+            then a :class:`~graphormer_sepnorm.training.packed_module.PackedGraphormerModule`.
+            ``None``: one model (default).
     """
 
     def __init__(
@@ -110,6 +128,7 @@ class GraphormerModule(LightningModule):
         total_steps: int | None = 400000,
         power: float = 1.0,
         standardize_targets: bool = False,
+        seeds: list[int] | None = None,
     ) -> None:
         super().__init__()
         info = _check_dataset_info(dataset_info)

@@ -1,0 +1,137 @@
+"""Several seeds of one recipe in one Lightning fit: the module of packed replicas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning
+import torch
+from torch import Tensor, nn
+
+from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.nn.model import Graphormer
+from graphormer_sepnorm.training.init_from import init_model_from
+from graphormer_sepnorm.training.module import GraphormerModule, _refuse_size_grouped_batch_norm
+from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
+
+
+class PackedGraphormerModule(GraphormerModule):
+    """``R`` seeds of one recipe trained together (:class:`~.packed.PackedReplicas`).
+
+    :class:`~graphormer_sepnorm.training.module.GraphormerModule` becomes this when given
+    ``seeds`` (``--model.seeds '[0, 1, 2, 3]'``); the datamodule then needs ``engine='device'``
+    and draws each replica's batches with its own seed (the CLI links ``replica_seeds``).
+    Replica ``r`` starts from ``torch.manual_seed(seeds[r])``, has its own dropout draws and
+    BatchNorm statistics, and its gradient is clipped by its own norm.
+
+    Logged: ``train/loss`` (the replicas' mean), ``val/<metric>_seed<s>`` per replica and
+    ``val/<metric>`` their mean (what a config's ``ModelCheckpoint`` monitors; its checkpoints
+    hold all replicas), likewise for ``test``. Each replica's best checkpoint, in a single run's
+    format (loads with :meth:`GraphormerModule.load_from_checkpoint`, predicts, tests), goes to
+    ``<log dir>/replicas/seed<s>.ckpt`` whenever its validation metric improves.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        seeds = list(self.hparams["seeds"])
+        models = []
+        for seed in seeds:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                models.append(Graphormer(self.config))
+        self.model = PackedReplicas(models)
+        self.seeds = seeds
+        self.val_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
+        self.test_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
+        self.best_val: list[float | None] = [None] * len(seeds)
+
+    def setup(self, stage: str) -> None:
+        """At fit start: ``init_from`` into every replica, the target scaler."""
+        if stage != "fit":
+            return
+        _refuse_size_grouped_batch_norm(self.model.replica(0), self.trainer.datamodule)
+        init_from = self.hparams.get("init_from")
+        if init_from not in (None, "none") and not self._weights_from_checkpoint:
+            for index in range(len(self.seeds)):
+                replica = self.model.replica(index)
+                init_model_from(replica, init_from)
+                self.model.set_replica(index, replica)
+        if self.hparams["standardize_targets"] and self.task.scales_targets:
+            self.task.set_scaler(*self.trainer.datamodule.target_statistics())
+
+    def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
+        """The sum of the replicas' losses: each replica's gradient is its own loss's."""
+        out = self.model(batch).float()
+        losses = torch.stack([self.task.loss(o, y) for o, y in zip(out, batch.y, strict=True)])
+        self.log("train/loss", losses.mean(), batch_size=out.shape[1], prog_bar=True)
+        return losses.sum()
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
+                                    gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clips each replica's gradient by its own norm (by value: elementwise anyway)."""
+        if not gradient_clip_val:
+            return
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(self.parameters(), gradient_clip_val)
+        else:
+            clip_grad_norm_per_replica(list(self.model.parameters()), gradient_clip_val)
+
+    def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Any, loss: Any) -> None:
+        out = self.model(batch).float()  # one batch for all replicas: [R, B, T]
+        metrics = self.val_metrics if stage == "val" else self.test_metrics
+        losses = []
+        for index, replica_out in enumerate(out):
+            losses.append(self.task.loss(replica_out, batch.y))
+            self.task.update_metric(metrics[index], self.task.metric_inputs(replica_out),
+                                    batch.y)
+        loss.update(torch.stack(losses).mean(), weight=batch.num_graphs)
+        self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
+
+    def on_validation_epoch_end(self) -> None:
+        """Logs each replica's metric and their mean; saves replicas that improved."""
+        values = self._log_replicas("val", self.val_metrics)
+        if self.trainer.sanity_checking:
+            return
+        sign = 1.0 if self.task.metric_name == "mae" else -1.0  # lower is better for MAE
+        for index, value in enumerate(values):
+            best = self.best_val[index]
+            if best is None or sign * value < sign * best:
+                self.best_val[index] = value
+                if self.trainer.is_global_zero:
+                    self._save_replica(index)
+
+    def on_test_epoch_end(self) -> None:
+        """Logs each replica's test metric and their mean."""
+        self._log_replicas("test", self.test_metrics)
+
+    def _log_replicas(self, stage: str, metrics: nn.ModuleList) -> list[float]:
+        name = self.task.metric_name
+        values = [float(m.compute()) for m in metrics]
+        for seed, value in zip(self.seeds, values, strict=True):
+            self.log(f"{stage}/{name}_seed{seed}", value, sync_dist=False)
+        self.log(f"{stage}/{name}", sum(values) / len(values), sync_dist=False, prog_bar=True)
+        for m in metrics:
+            m.reset()
+        return values
+
+    def replica_checkpoint(self, index: int) -> dict[str, Any]:
+        """Replica ``index`` as a single run's checkpoint (weights, hyperparameters, step)."""
+        # keys with "_" (the CLI's _instantiator) are no arguments; they go back in as they were
+        private = {k: v for k, v in self.hparams.items() if k.startswith("_")}
+        single = GraphormerModule(**{k: v for k, v in self.hparams.items()
+                                     if k != "seeds" and k not in private})
+        single.model.load_state_dict(self.model.replica(index).state_dict())
+        single.task.load_state_dict(self.task.state_dict())
+        return {"state_dict": single.state_dict(),
+                "hyper_parameters": dict(single.hparams) | private,
+                "epoch": self.current_epoch, "global_step": self.global_step,
+                "pytorch-lightning_version": lightning.__version__,
+                "replica": {"seed": self.seeds[index], "val_" + self.task.metric_name:
+                            self.best_val[index]}}
+
+    def _save_replica(self, index: int) -> None:
+        folder = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "replicas"
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.replica_checkpoint(index), folder / f"seed{self.seeds[index]}.ckpt")

@@ -1,0 +1,110 @@
+"""Packed replicas: K=2 trained as one end where the two runs done one by one end.
+
+float64, dropout off: same weights, BatchNorm statistics and metrics after a few steps of AdamW
+with per-replica gradient clipping, each replica on its own batches. Gradients agree to 1e-13
+(float rounding; the stacked matmuls add in another order); Adam turns the rounding of
+gradients that are nearly zero into steps of ``lr * noise / eps``, hence 1e-6 on the weights.
+A wrong batch, clip or statistic moves them by 1e-3 and more.
+"""
+
+import copy
+
+import pytest
+import torch
+from data.test_grid import mixed_graphs
+from nn.test_backends import model_pair
+
+from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
+
+STEPS = 4
+CLIP = 0.05  # small, so that clipping acts on most steps
+
+
+def train_single(model, store, batches, length):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    model.train()
+    for index in batches:
+        batch = store.batch(index, length)
+        loss = torch.nn.functional.mse_loss(model(batch), batch.y.expand(-1, 2))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        optimizer.step()
+    return model
+
+
+def train_packed(packed, store, batches, length):
+    optimizer = torch.optim.AdamW(packed.parameters(), lr=1e-2, weight_decay=0.01)
+    packed.train()
+    for index in batches:
+        batch = store.batch(index, length)
+        out = packed(batch)
+        loss = sum(torch.nn.functional.mse_loss(o, y.expand(-1, 2))
+                   for o, y in zip(out, batch.y, strict=True))
+        optimizer.zero_grad()
+        loss.backward()
+        clip_grad_norm_per_replica(list(packed.parameters()), CLIP)
+        optimizer.step()
+    return packed
+
+
+@pytest.mark.parametrize("options", [dict(), dict(sepnorm=False)])
+def test_two_packed_replicas_train_as_two_single_runs(options) -> None:
+    graphs = mixed_graphs()
+    store = GridGraphs(graphs, multi_hop_max_dist=5)
+    first, _ = model_pair(torch.float64, multi_hop_max_dist=5, **options)
+    second, _ = model_pair(torch.float64, multi_hop_max_dist=5, **options)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # another start, as another seed's (away from symmetric points,
+        for parameter in second.parameters():  # where Adam would amplify rounding noise)
+            parameter.add_(0.1 * torch.randn(parameter.shape, generator=gen, dtype=parameter.dtype))
+    gen = torch.Generator().manual_seed(0)
+    # [steps, R=2, B=4]: each replica its own batches
+    batches = torch.stack([torch.stack([torch.randperm(len(graphs), generator=gen)[:4]
+                                        for _ in range(2)]) for _ in range(STEPS)])
+    packed = train_packed(PackedReplicas([first, second]), store, batches, 32)
+    singles = [train_single(copy.deepcopy(m), store, batches[:, r], 32)
+               for r, m in enumerate([first, second])]
+    everything = store.batch(torch.arange(len(graphs)), 32)
+    for r, single in enumerate(singles):
+        replica = packed.replica(r)
+        expected = single.state_dict()
+        got = replica.state_dict()
+        assert expected.keys() == got.keys()
+        for name, value in expected.items():
+            torch.testing.assert_close(got[name], value, rtol=1e-6, atol=1e-6,
+                                       msg=lambda text, name=name: f"{name}: {text}")
+        # and the metric: eval-mode MAE over all graphs
+        single.eval()
+        mae = (single(everything) - everything.y).abs().mean()
+        torch.testing.assert_close((replica.eval()(everything) - everything.y).abs().mean(),
+                                   mae, rtol=1e-6, atol=1e-6)
+    moved = (packed.replica(0).state_dict()["head.weight"] - first.state_dict()["head.weight"])
+    assert moved.abs().max() > 1e-3  # it trained
+
+
+def test_clip_per_replica_matches_clip_grad_norm() -> None:
+    gen = torch.Generator().manual_seed(1)
+    stacked = [torch.randn(3, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True),
+               torch.randn(3, 7, generator=gen, dtype=torch.float64, requires_grad=True)]
+    for p in stacked:
+        p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+        p.grad[1] *= 1e-3  # replica 1 stays below the threshold
+    singles = [[p[r].detach().clone().requires_grad_() for p in stacked] for r in range(3)]
+    for r, params in enumerate(singles):
+        for p, s in zip(stacked, params, strict=True):
+            s.grad = p.grad[r].clone()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+    norms = clip_grad_norm_per_replica(stacked, 1.0)
+    assert norms[1] < 1.0 < norms[0]
+    for r, params in enumerate(singles):
+        for p, s in zip(stacked, params, strict=True):
+            torch.testing.assert_close(p.grad[r], s.grad)
+
+
+def test_packing_needs_one_config() -> None:
+    first, _ = model_pair(torch.float64)
+    other, _ = model_pair(torch.float64, sepnorm=False)
+    with pytest.raises(ValueError, match="one config"):
+        PackedReplicas([first, other])
