@@ -1,0 +1,77 @@
+"""The GPU-first engine through the CLI, on the CPU: the preset, bf16-mixed, packed replicas."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_cli import CONFIGS, common
+
+from graphormer_sepnorm.cli import main
+from graphormer_sepnorm.data.device_batches import DeviceBatches
+from graphormer_sepnorm.training.module import GraphormerModule
+from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
+
+PRESET = str(CONFIGS / "presets" / "gpu_fast.yaml")
+
+
+@pytest.fixture(autouse=True)
+def _plain_argv(monkeypatch, tiny_mirror):
+    monkeypatch.setattr("sys.argv", ["graphormer-sepnorm"])
+    monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(tiny_mirror))
+
+
+@pytest.mark.parametrize("config", ["zinc_subset.yaml", "molhiv.yaml"])
+def test_gpu_preset_trains_on_the_cpu(tmp_path, config):
+    cli = main(["fit", *common(tmp_path, config, "--config", PRESET),
+                "--trainer.fast_dev_run", "true"])
+    assert cli.trainer.state.finished and cli.trainer.precision == "bf16-mixed"
+    assert cli.datamodule.engine == "device"
+    loader = cli.datamodule.train_dataloader()
+    assert isinstance(loader, DeviceBatches)
+    assert loader.collate is not None  # on the CPU: the collator's batches, for the CPU backend
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+
+
+def test_bf16_mixed_trains_on_the_cpu(tmp_path):
+    bf16 = ("--trainer.precision", "bf16-mixed")
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", *bf16),
+                "--trainer.max_steps", "3", "--model.warmup_steps", "1",
+                "--model.total_steps", "3"])
+    assert cli.trainer.state.finished
+    assert torch.isfinite(cli.trainer.callback_metrics["val/mae"])
+    statistics = [b for n, b in cli.model.named_buffers() if "running" in n]
+    assert statistics and all(b.dtype == torch.float32 for b in statistics)
+
+
+def test_packed_replicas_fit_and_each_replica_checkpoint_works_alone(tmp_path):
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
+                "--model.seeds", "[3, 5]", "--trainer.max_steps", "4",
+                "--model.warmup_steps", "1", "--model.total_steps", "4",
+                "--trainer.val_check_interval", "2", "--trainer.check_val_every_n_epoch", "null"])
+    module = cli.model
+    assert isinstance(module, PackedGraphormerModule) and module.model.num_replicas == 2
+    assert cli.datamodule.replica_seeds == [3, 5]  # linked: each replica its own batches
+    assert cli.datamodule.train_dataloader().collate is None  # packed: the grid, on the CPU too
+    metrics = cli.trainer.callback_metrics
+    assert {"val/mae_seed3", "val/mae_seed5", "val/mae"} <= set(metrics)
+    assert float(metrics["val/mae"]) == pytest.approx(
+        (float(metrics["val/mae_seed3"]) + float(metrics["val/mae_seed5"])) / 2)
+    first = module.model.replica(0).state_dict()["head.weight"]
+    assert not torch.equal(first, module.model.replica(1).state_dict()["head.weight"])
+    replicas = Path(cli.trainer.log_dir) / "replicas"
+    for seed in (3, 5):
+        path = replicas / f"seed{seed}.ckpt"
+        single = GraphormerModule.load_from_checkpoint(path, weights_only=True)
+        assert type(single) is GraphormerModule and single.hparams.get("seeds") is None
+        test = main(["test", *common(tmp_path, "zinc_subset.yaml"), "--ckpt_path", str(path)])
+        assert torch.isfinite(test.trainer.callback_metrics["test/mae"])
+    # the packed fit's own checkpoints load back as packed modules
+    last = Path(cli.trainer.checkpoint_callback.dirpath) / "last.ckpt"
+    packed = GraphormerModule.load_from_checkpoint(last, weights_only=True)
+    assert isinstance(packed, PackedGraphormerModule) and packed.seeds == [3, 5]
+
+
+def test_packed_replicas_need_the_device_engine(tmp_path):
+    with pytest.raises(ValueError, match="engine='device'"):
+        main(["fit", *common(tmp_path, "zinc_subset.yaml"), "--model.seeds", "[0, 1]",
+              "--trainer.fast_dev_run", "true"])
