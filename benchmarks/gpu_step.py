@@ -6,8 +6,9 @@ MolHIV (batch 128), through ``lightning.Trainer.fit`` as the CLI runs it:
 - ``lightning``: today's loop: the collator's batches from a DataLoader (``engine='loader'``),
   float32, ``deterministic='warn'`` as the dataset configs set it;
 - ``engine``: ``configs/presets/gpu_fast.yaml``: batches gathered on the device
-  (``engine='device'``), bf16-mixed on a GPU (float32 on a CPU, where the CPU backend's
-  float32 path is the fast one), ``deterministic=False``;
+  (``engine='device'``), bf16-mixed and ``torch.compile`` on a GPU (``--compile``; float32 and
+  eager on a CPU, where the CPU backend's float32 path is the fast one),
+  ``deterministic=False``; the warmup steps absorb the compilation;
 - ``packed K``: the engine with ``K`` packed replicas (``--model.seeds``): ``model_steps_per_s``
   counts each replica's steps.
 
@@ -165,7 +166,8 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
                           engine="device" if engine else "loader", replica_seeds=seeds)
     config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=args.hops)
     model = GraphormerModule(dataset_info=data.dataset_info, config=config, seeds=seeds,
-                             warmup_steps=1, total_steps=args.warmup + args.steps)
+                             warmup_steps=1, total_steps=args.warmup + args.steps,
+                             compile=args.compile if engine else None)
     timer = StepTimer(args.warmup)
     trainer = Trainer(accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
                       max_steps=args.warmup + args.steps, max_epochs=-1,
@@ -225,9 +227,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--warmup", type=int, default=30, help="untimed steps (default 30)")
     parser.add_argument("--layers", type=int, default=12, help="default 12 (Graphormer-slim)")
     parser.add_argument("--hops", type=int, default=20, help="multi_hop_max_dist (default 20)")
+    parser.add_argument("--compile", default="default" if torch.cuda.is_available() else None,
+                        help="torch.compile mode of the engine's model (default: 'default' on "
+                             "a GPU, none on a CPU); 'none' for eager")
     parser.add_argument("--batch-scale", type=float, default=1.0,
                         help="scales the batch sizes (256, 128), for smoke runs")
     args = parser.parse_args(argv)
+    args.compile = None if args.compile in (None, "none") else args.compile
     if args.export:
         export(args.export)
         return []

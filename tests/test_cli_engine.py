@@ -75,3 +75,47 @@ def test_packed_replicas_need_the_device_engine(tmp_path):
     with pytest.raises(ValueError, match="engine='device'"):
         main(["fit", *common(tmp_path, "zinc_subset.yaml"), "--model.seeds", "[0, 1]",
               "--trainer.fast_dev_run", "true"])
+
+
+def test_grid_training_step_traces_as_one_graph():
+    """No host synchronization, no graph break: what lets a GPU compile or capture the step."""
+    from data.test_grid import mixed_graphs
+    from nn.test_backends import model_pair
+
+    from graphormer_sepnorm.data.grid import GridGraphs
+    from graphormer_sepnorm.training.packed import PackedReplicas
+
+    graphs = mixed_graphs()
+    store = GridGraphs(graphs, multi_hop_max_dist=5)
+    single, _ = model_pair(torch.float32, multi_hop_max_dist=5, dropout=0.1)
+    other, _ = model_pair(torch.float32, multi_hop_max_dist=5, dropout=0.1)
+    packed = PackedReplicas([single, other])
+    for model, index in ((single, torch.arange(10)), (packed, torch.arange(10).view(2, 5))):
+        def step(index, model=model):
+            batch = store.batch(index, 32)
+            return (model.train()(batch) - batch.y).abs().mean()
+
+        loss = torch.compile(step, fullgraph=True, backend="eager")(index)
+        loss.backward()
+        assert torch.isfinite(loss)
+
+
+def test_compile_option_compiles_the_reference_model(tmp_path, monkeypatch):
+    compiled = []
+
+    real_compile = torch.compile
+
+    def eager_compile(fn, *args, mode=None, **kwargs):  # inductor's C++ build is too slow here
+        compiled.append(mode)
+        return real_compile(fn, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
+                "--model.backend", "reference", "--model.compile", "default",
+                "--trainer.fast_dev_run", "true"])
+    assert cli.trainer.state.finished and compiled == ["default"]
+    # where the CPU backend runs the model, nothing is compiled
+    compiled.clear()
+    main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
+          "--model.compile", "default", "--trainer.fast_dev_run", "true"])
+    assert compiled == []

@@ -98,12 +98,16 @@ class GraphTokenBatchNorm(_FloatStatistics):
 
     def _global_batch_norm(self, x: Tensor) -> Tensor:
         mean, var, count = global_batch_moments(x)
-        if count <= 1:
-            return self._running_norm(x)
+        # A global batch of one graph takes the running statistics, as in eval mode. Selected
+        # on the device: reading count back would stop every process at each of these norms.
+        usable = count > 1
         with torch.no_grad():
-            self.running_mean.lerp_(mean, self.momentum)
-            self.running_var.lerp_(var * (count / (count - 1)).to(var.dtype), self.momentum)
-            self.num_batches_tracked.add_(1)
+            step = self.momentum * usable.to(var.dtype)
+            self.running_mean.lerp_(mean, step)
+            self.running_var.lerp_(var * (count / (count - 1).clamp(min=1)).to(var.dtype), step)
+            self.num_batches_tracked.add_(usable.to(self.num_batches_tracked.dtype))
+        mean = torch.where(usable, mean, self.running_mean)
+        var = torch.where(usable, var, self.running_var)
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
 
 

@@ -113,6 +113,11 @@ class GraphormerModule(_PackedWhenSeeded):
         seeds: packed replicas: one model per seed, trained together in this fit; the module is
             then a :class:`~graphormer_sepnorm.training.packed_module.PackedGraphormerModule`.
             ``None``: one model (default).
+        compile: ``torch.compile`` mode for the model (``'default'``, ``'reduce-overhead'``:
+            CUDA graphs as well, ``'max-autotune'``), applied when the run starts; ``None``:
+            eager (default). On the CPU only with ``backend='reference'``: the CPU backend's C
+            kernels do not trace, and inductor's C++ build takes minutes there. Grid batches
+            (``engine='device'``) have static shapes and trace as one graph.
     """
 
     def __init__(
@@ -129,6 +134,7 @@ class GraphormerModule(_PackedWhenSeeded):
         power: float = 1.0,
         standardize_targets: bool = False,
         seeds: list[int] | None = None,
+        compile: str | None = None,
     ) -> None:
         super().__init__()
         info = _check_dataset_info(dataset_info)
@@ -146,6 +152,7 @@ class GraphormerModule(_PackedWhenSeeded):
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
         self._weights_from_checkpoint = False
+        self._compiled = False
 
     @property
     def config(self) -> GraphormerConfig:
@@ -186,6 +193,21 @@ class GraphormerModule(_PackedWhenSeeded):
     def to_predictions(self, out: Tensor) -> Tensor:
         """The head's outputs ``[B, T]`` in the targets' units (probabilities if binary)."""
         return self.task.to_predictions(out.float())
+
+    def configure_model(self) -> None:
+        """Compiles the model once when ``compile`` is set (Lightning calls this per run)."""
+        mode = self.hparams.get("compile")
+        if not mode or self._compiled or not self._compiles_here():
+            return
+        # one graph per padded length and batch size; MolHIV's lengths alone pass dynamo's 8
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self.model.compile(mode=mode)
+        self._compiled = True
+
+    def _compiles_here(self) -> bool:
+        # the trainer's device: the model moves there only after configure_model
+        device = self.trainer.strategy.root_device if self._trainer is not None else self.device
+        return device.type != "cpu" or getattr(self.model, "backend", "") == "reference"
 
     def setup(self, stage: str) -> None:
         """At fit start: refuses size-grouped batches for BatchNorm, loads ``init_from``.

@@ -23,17 +23,18 @@ def norm(sync: bool) -> GraphTokenBatchNorm:
     return bn
 
 
-def _worker(rank: int, sync: bool, out_dir: str) -> None:
+def _worker(rank: int, sync: bool, out_dir: str, rows: dict[int, slice]) -> None:
     # A file rendezvous: no port to pick, so no race with other processes for it.
     dist.init_process_group("gloo", init_method=f"file://{out_dir}/rendezvous", rank=rank,
                             world_size=2)
     x, grad = inputs()
-    part = x[ROWS[rank]].clone().requires_grad_()
+    part = x[rows[rank]].clone().requires_grad_()
     bn = norm(sync)
     out = bn(part)
-    (out * grad[ROWS[rank]]).sum().backward()
+    (out * grad[rows[rank]]).sum().backward()
     torch.save({"out": out.detach(), "grad": part.grad, "weight_grad": bn.weight.grad,
-                "running_mean": bn.running_mean, "running_var": bn.running_var},
+                "running_mean": bn.running_mean, "running_var": bn.running_var,
+                "tracked": bn.num_batches_tracked},
                f"{out_dir}/rank{rank}.pt")
     # Without sync no collective runs: one rank could exit while its peer is still connecting
     # gloo's full mesh, and the peer's init then fails with "Connection closed by peer".
@@ -41,8 +42,8 @@ def _worker(rank: int, sync: bool, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def run_two_processes(sync: bool, tmp_path) -> list[dict]:
-    mp.spawn(_worker, args=(sync, str(tmp_path)), nprocs=2, join=True)
+def run_two_processes(sync: bool, tmp_path, rows: dict[int, slice] = ROWS) -> list[dict]:
+    mp.spawn(_worker, args=(sync, str(tmp_path), rows), nprocs=2, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1)]
 
 
@@ -69,3 +70,16 @@ def test_without_sync_each_process_uses_its_own_rows(tmp_path):
     torch.testing.assert_close(ranks[0]["out"], local.detach())
     with pytest.raises(AssertionError):
         torch.testing.assert_close(ranks[0]["out"], norm(False)(x)[ROWS[0]].detach())
+
+
+def test_a_global_batch_of_one_graph_takes_the_running_statistics(tmp_path):
+    # one graph on rank 0, none on rank 1: no batch statistic, so eval mode's, and no update
+    ranks = run_two_processes(True, tmp_path, rows={0: slice(0, 1), 1: slice(1, 1)})
+    x, grad = inputs()
+    expected = norm(True).eval()(x[:1])
+    torch.testing.assert_close(ranks[0]["out"], expected.detach())
+    for r in ranks:
+        torch.testing.assert_close(r["running_mean"], torch.zeros(4))
+        torch.testing.assert_close(r["running_var"], torch.ones(4))
+        assert int(r["tracked"]) == 0
+    assert len(ranks[1]["out"]) == 0
