@@ -7,6 +7,12 @@ rewritten from the whole CSV: mean ± std per dataset and norm, with the hardwar
 the commit and the date. Runs already in the CSV are skipped, so a killed grid continues where
 it stopped (an unfinished run starts over). Run folders go to ``runs/experiments/<name>/``.
 
+With ``--packed`` the seeds of a dataset and norm train together in one fit (packed replicas,
+``--model.seeds``; the engine's ``configs/presets/gpu_fast.yaml`` goes in ``--preset``). Each
+replica still gets its own row: its best checkpoint (by its own validation metric), tested
+alone; ``fit_seconds`` is then the packed fit's, shared by its replicas, and ``accelerator``
+says ``packed xR``.
+
 Example:
     ``graphormer-sepnorm-experiment --name cpu_grid --configs configs/zinc_subset.yaml
     configs/molhiv.yaml --preset configs/presets/cpu_10min.yaml --seeds 0 1 2
@@ -48,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, help="steps per run; the schedule ends there too")
     p.add_argument("--max-epochs", type=int, help="epochs per run (schedule from the trainer)")
     p.add_argument("--max-time", help="wall-clock stop per run, DD:HH:MM:SS")
+    p.add_argument("--packed", action="store_true",
+                   help="train the seeds of each dataset and norm together in one fit")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
     p.add_argument("--runs-dir", type=Path, default=Path("runs/experiments"))
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
@@ -102,6 +110,8 @@ def worker(spec_path: Path) -> None:
     from graphormer_sepnorm.cli import main as cli_main
 
     spec = json.loads(spec_path.read_text())
+    if spec.get("seeds"):
+        return packed_worker(spec_path, spec)
     start = time.perf_counter()
     # the test runs below, in its own logger version (and outside the timed fit)
     fit = cli_main(["fit", *spec["cli"], "--trainer.logger.init_args.version", "fit",
@@ -119,6 +129,39 @@ def worker(spec_path: Path) -> None:
               "fit_seconds": round(seconds, 1)}
     if fit.trainer.global_rank == 0:
         (spec_path.parent / "result.json").write_text(json.dumps(result))
+
+
+def packed_worker(spec_path: Path, spec: dict[str, Any]) -> None:
+    """One packed fit of ``spec['seeds']``, then a test of each replica's best checkpoint."""
+    from graphormer_sepnorm.cli import main as cli_main
+
+    start = time.perf_counter()
+    fit = cli_main(["fit", *spec["cli"], "--model.seeds", json.dumps(spec["seeds"]),
+                    "--trainer.logger.init_args.version", "fit", "--test_best", "false"])
+    seconds = time.perf_counter() - start
+    results = []
+    for seed in spec["seeds"]:
+        path = Path(fit.trainer.log_dir) / "replicas" / f"seed{seed}.ckpt"
+        if not path.is_file():
+            raise RuntimeError(f"no best checkpoint of seed {seed}: did validation run?")
+        replica = torch_load(path)["replica"]
+        metric = fit.model.task.metric_name
+        test = cli_main(["test", *spec["cli"], "--trainer.logger.init_args.version",
+                         f"test-seed{seed}", "--ckpt_path", str(path)])
+        results.append({"seed": seed, "monitor": f"val/{metric}",
+                        "best_val": replica[f"val_{metric}"], "checkpoint": str(path),
+                        "steps": fit.trainer.global_step, "test_metric": f"test/{metric}",
+                        "test_value": float(test.trainer.callback_metrics[f"test/{metric}"]),
+                        "fit_seconds": round(seconds, 1)})
+    if fit.trainer.global_rank == 0:
+        (spec_path.parent / "result.json").write_text(json.dumps(results))
+
+
+def torch_load(path: Path) -> dict[str, Any]:
+    """A checkpoint, read with ``weights_only=True``."""
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def spawn(spec_path: Path, log: Path) -> float | None:
@@ -154,6 +197,23 @@ def run_one(args: argparse.Namespace, config: str, norm: str, seed: int) -> dict
     result = json.loads((run_dir / "result.json").read_text())
     return {"dataset": dataset, "norm": norm, "seed": seed, **result,
             "peak_rss_mb": "" if rss is None else round(rss), "accelerator": args.accelerator}
+
+
+def run_packed(args: argparse.Namespace, config: str, norm: str,
+               seeds: list[int]) -> list[dict[str, Any]]:
+    """Runs one packed fit of ``seeds`` and the replicas' tests; returns their CSV rows."""
+    dataset = Path(config).stem
+    run_dir = args.runs_dir / args.name / f"{dataset}-{norm}-seeds{'-'.join(map(str, seeds))}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    spec = run_dir / "spec.json"
+    spec.write_text(json.dumps({"seeds": seeds, "cli": [
+        *cli_args(args, config, norm, seeds[0], run_dir), *args.extra]}))
+    rss = spawn(spec, run_dir / "run.log")
+    results = json.loads((run_dir / "result.json").read_text())
+    return [{"dataset": dataset, "norm": norm, **result,
+             "peak_rss_mb": "" if rss is None else round(rss),
+             "accelerator": f"{args.accelerator}, packed x{len(seeds)}"} for result in results]
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -237,6 +297,25 @@ def write_markdown(path: Path, rows: list[dict[str, str]], args: argparse.Namesp
     path.write_text("\n".join(text))
 
 
+def run_packed_grid(args: argparse.Namespace, csv_path: Path,
+                    done: set[tuple[str, str, str]]) -> int:
+    """Packed fits, one per dataset and norm, of the seeds not in the CSV yet; the failures."""
+    failed = 0
+    for config in args.configs:
+        for norm in args.norms:
+            seeds = [s for s in args.seeds if (Path(config).stem, norm, str(s)) not in done]
+            if not seeds:
+                continue
+            try:
+                for row in run_packed(args, config, norm, seeds):
+                    append_row(csv_path, row)
+            except RuntimeError as err:
+                failed += 1
+                print(f"run failed: {err}", file=sys.stderr)
+            write_markdown(args.results_dir / f"{args.name}.md", read_rows(csv_path), args)
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the grid; returns the number of failed runs (the exit status)."""
     args = parse_args(argv)
@@ -245,8 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = args.results_dir / f"{args.name}.csv"
     done = {(r["dataset"], r["norm"], r["seed"]) for r in read_rows(csv_path)}
     failed = 0
+    if args.packed:
+        failed = run_packed_grid(args, csv_path, done)
     # Seeds outermost: a grid stopped early still holds every dataset and norm for its seeds.
-    for seed in args.seeds:
+    for seed in [] if args.packed else args.seeds:
         for config in args.configs:
             for norm in args.norms:
                 if (Path(config).stem, norm, str(seed)) in done:

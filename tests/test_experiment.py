@@ -87,3 +87,30 @@ def test_two_run_grid_on_tiny_data(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "spawn", lambda *a: pytest.fail("ran again"))
     assert main(argv) == 0
     assert experiment.read_rows(tmp_path / "results" / "tiny.csv") == rows
+
+
+def test_packed_grid_trains_the_seeds_together_and_tests_each(tmp_path, monkeypatch):
+    write_zinc_raw(tmp_path / "mirror" / "ZINC" / "raw")
+    monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(tmp_path / "mirror"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    argv = ["--name", "packed", "--configs", str(CONFIGS / "zinc_subset.yaml"), "--seeds", "1",
+            "2", "--norms", "sepnorm", "--packed", "--preset",
+            str(CONFIGS / "presets" / "gpu_fast.yaml"), "--accelerator", "cpu",
+            "--max-steps", "6", "--results-dir", str(tmp_path / "results"), "--runs-dir",
+            str(tmp_path / "runs"), "--extra", "--model.config.num_layers", "2",
+            "--model.config.hidden_dim", "16", "--model.config.ffn_dim", "16",
+            "--model.config.num_heads", "4", "--model.warmup_steps", "1",
+            "--data.batch_size", "4", "--data.root", str(tmp_path / "data"),
+            "--trainer.enable_model_summary", "false"]
+    assert main(argv) == 0
+    rows = experiment.read_rows(tmp_path / "results" / "packed.csv")
+    assert [(r["dataset"], r["norm"], r["seed"]) for r in rows] == [
+        ("zinc_subset", "sepnorm", "1"), ("zinc_subset", "sepnorm", "2")]
+    assert rows[0]["fit_seconds"] == rows[1]["fit_seconds"]  # one fit for both
+    assert {r["accelerator"] for r in rows} == {"cpu, packed x2"}
+    for r in rows:
+        assert Path(r["checkpoint"]).name == f"seed{r['seed']}.ckpt"
+        assert float(r["test_value"]) > 0 and float(r["best_val"]) > 0 and r["steps"] == "6"
+    assert rows[0]["test_value"] != rows[1]["test_value"]
+    monkeypatch.setattr(experiment, "spawn", lambda *a: pytest.fail("ran again"))
+    assert main(argv) == 0  # resumable
