@@ -1,10 +1,29 @@
-"""Lightning datamodules: ZINC, ZINC-subset, OGB MolHIV, and users' SMILES CSV files."""
+"""Lightning datamodules: ZINC, ZINC-subset, OGB MolHIV, and users' SMILES CSV files.
 
-from graphormer_sepnorm.datasets.base import GraphDataModule
-from graphormer_sepnorm.datasets.mirror import MIRROR_ENV, DatasetUnavailableError
-from graphormer_sepnorm.datasets.molhiv import MolHIVDataModule
-from graphormer_sepnorm.datasets.smiles_csv import SmilesCSVDataModule
-from graphormer_sepnorm.datasets.zinc import ZINCDataModule
+Imported on first use, so that a machine without RDKit or ogb (a GPU box fed with prepared
+arrays, say) can still import the base and the ZINC datamodule.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphormer_sepnorm.datasets.base import GraphDataModule
+    from graphormer_sepnorm.datasets.mirror import MIRROR_ENV, DatasetUnavailableError
+    from graphormer_sepnorm.datasets.molhiv import MolHIVDataModule
+    from graphormer_sepnorm.datasets.smiles_csv import SmilesCSVDataModule
+    from graphormer_sepnorm.datasets.zinc import ZINCDataModule
+
+_WHERE = {
+    "GraphDataModule": "base",
+    "MIRROR_ENV": "mirror",
+    "DatasetUnavailableError": "mirror",
+    "MolHIVDataModule": "molhiv",
+    "SmilesCSVDataModule": "smiles_csv",
+    "ZINCDataModule": "zinc",
+}
 
 __all__ = [
     "MIRROR_ENV",
@@ -14,3 +33,9 @@ __all__ = [
     "SmilesCSVDataModule",
     "ZINCDataModule",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
