@@ -47,18 +47,23 @@ def test_budget_arguments():
     assert args.norms == ["sepnorm", "sharenorm"]
 
 
-def test_two_run_grid_on_tiny_data(tmp_path, monkeypatch):
+def tiny_grid(tmp_path, monkeypatch, name: str, *options: str) -> list[str]:
+    """A ZINC-subset grid command on tiny data and a tiny model: 12 training graphs in batches
+    of 4, so 6 steps are 2 epochs, validated after each."""
     write_zinc_raw(tmp_path / "mirror" / "ZINC" / "raw")
     monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(tmp_path / "mirror"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    # 12 training graphs in batches of 4: 6 steps are 2 epochs, validated after each
-    argv = ["--name", "tiny", "--configs", str(CONFIGS / "zinc_subset.yaml"), "--seeds", "3",
+    return ["--name", name, "--configs", str(CONFIGS / "zinc_subset.yaml"), *options,
             "--accelerator", "cpu", "--max-steps", "6", "--results-dir",
             str(tmp_path / "results"), "--runs-dir", str(tmp_path / "runs"), "--extra",
             "--model.config.num_layers", "2", "--model.config.hidden_dim", "16",
             "--model.config.ffn_dim", "16", "--model.config.num_heads", "4",
             "--model.warmup_steps", "1", "--data.batch_size", "4",
             "--data.root", str(tmp_path / "data"), "--trainer.enable_model_summary", "false"]
+
+
+def test_two_run_grid_on_tiny_data(tmp_path, monkeypatch):
+    argv = tiny_grid(tmp_path, monkeypatch, "tiny", "--seeds", "3")
     assert main(argv) == 0
     with open(tmp_path / "results" / "tiny.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -90,18 +95,8 @@ def test_two_run_grid_on_tiny_data(tmp_path, monkeypatch):
 
 
 def test_packed_grid_trains_the_seeds_together_and_tests_each(tmp_path, monkeypatch):
-    write_zinc_raw(tmp_path / "mirror" / "ZINC" / "raw")
-    monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(tmp_path / "mirror"))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    argv = ["--name", "packed", "--configs", str(CONFIGS / "zinc_subset.yaml"), "--seeds", "1",
-            "2", "--norms", "sepnorm", "--packed", "--preset",
-            str(CONFIGS / "presets" / "gpu_fast.yaml"), "--accelerator", "cpu",
-            "--max-steps", "6", "--results-dir", str(tmp_path / "results"), "--runs-dir",
-            str(tmp_path / "runs"), "--extra", "--model.config.num_layers", "2",
-            "--model.config.hidden_dim", "16", "--model.config.ffn_dim", "16",
-            "--model.config.num_heads", "4", "--model.warmup_steps", "1",
-            "--data.batch_size", "4", "--data.root", str(tmp_path / "data"),
-            "--trainer.enable_model_summary", "false"]
+    argv = tiny_grid(tmp_path, monkeypatch, "packed", "--seeds", "1", "2", "--norms", "sepnorm",
+                     "--packed", "--preset", str(CONFIGS / "presets" / "gpu_fast.yaml"))
     assert main(argv) == 0
     rows = experiment.read_rows(tmp_path / "results" / "packed.csv")
     assert [(r["dataset"], r["norm"], r["seed"]) for r in rows] == [
