@@ -102,10 +102,13 @@ class GraphTokenBatchNorm(_FloatStatistics):
         # on the device: reading count back would stop every process at each of these norms.
         usable = count > 1
         with torch.no_grad():
-            step = self.momentum * usable.to(var.dtype)
+            self.num_batches_tracked.add_(usable.to(self.num_batches_tracked.dtype))
+            # momentum None: a cumulative average, as BatchNorm's own
+            factor = (self.momentum if self.momentum is not None
+                      else 1.0 / self.num_batches_tracked.clamp(min=1).to(var.dtype))
+            step = factor * usable.to(var.dtype)
             self.running_mean.lerp_(mean, step)
             self.running_var.lerp_(var * (count / (count - 1).clamp(min=1)).to(var.dtype), step)
-            self.num_batches_tracked.add_(usable.to(self.num_batches_tracked.dtype))
         mean = torch.where(usable, mean, self.running_mean)
         var = torch.where(usable, var, self.running_var)
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias

@@ -1,0 +1,94 @@
+"""Re-estimated graph-token BatchNorm statistics: without dropout, the mean over batches."""
+
+import copy
+from pathlib import Path
+
+import torch
+from data.test_grid import mixed_graphs
+from nn.test_backends import model_pair
+
+from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
+from graphormer_sepnorm.training.batch_statistics import reestimate_graph_token_statistics
+
+
+def statistics(model):
+    return {n: b.clone() for n, b in model.named_buffers() if "cls_norm.running" in n}
+
+
+def test_one_batch_gives_its_own_statistics_without_dropout():
+    graphs = mixed_graphs()
+    batch = GraphormerCollator(5)(graphs)
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5, dropout=0.3,
+                          attention_dropout=0.3, activation_dropout=0.3)
+    weights = copy.deepcopy(model.state_dict())
+    model.train()
+    fast_encode = model.fast_encode
+    assert reestimate_graph_token_statistics(model, [batch]) == len(graphs)
+    # the oracle: the same batch with each norm in train mode at momentum 1 (its statistics
+    # replace the running ones) and the rest in eval mode (no dropout)
+    oracle = copy.deepcopy(model)
+    oracle.load_state_dict(weights)
+    oracle.eval()
+    for norm in oracle.modules():
+        if isinstance(norm, GraphTokenBatchNorm):
+            norm.momentum = 1.0
+            norm.train()
+    with torch.no_grad():
+        oracle(batch)
+    expected = statistics(oracle)
+    assert expected
+    for name, value in statistics(model).items():
+        torch.testing.assert_close(value, expected[name], msg=name)
+        assert not torch.equal(value, weights[name])  # they did change
+    # weights untouched, mode, momentum and backend restored
+    for name, value in model.state_dict().items():
+        if "cls_norm.running" not in name and "num_batches" not in name:
+            assert torch.equal(value, weights[name]), name
+    assert model.training and model.fast_encode is fast_encode
+    assert all(m.momentum == 0.1 for m in model.modules() if isinstance(m, GraphTokenBatchNorm))
+
+
+def test_several_batches_average_and_max_graphs_stops():
+    graphs = mixed_graphs()
+    collate = GraphormerCollator(5)
+    batches = [collate(graphs[:5]), collate(graphs[5:])]
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5)
+    per_batch = []
+    for batch in batches:
+        reestimate_graph_token_statistics(model, [batch])
+        per_batch.append(statistics(model))
+    assert reestimate_graph_token_statistics(model, batches) == len(graphs)
+    for name, value in statistics(model).items():
+        torch.testing.assert_close(value, (per_batch[0][name] + per_batch[1][name]) / 2)
+    assert reestimate_graph_token_statistics(model, batches, max_graphs=3) == 5
+    for name, value in statistics(model).items():
+        torch.testing.assert_close(value, per_batch[0][name])
+
+
+def test_models_without_the_batch_norm_are_left_alone():
+    model, _ = model_pair(torch.float64, sepnorm=False)
+    assert reestimate_graph_token_statistics(model, [GraphormerCollator()(mixed_graphs())]) == 0
+
+
+def test_callback_in_a_fit_saves_the_reestimated_statistics(tmp_path, tiny_mirror, monkeypatch):
+    from test_cli import common
+
+    from graphormer_sepnorm.cli import main
+
+    monkeypatch.setattr("sys.argv", ["graphormer-sepnorm"])
+    monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(tiny_mirror))
+    callback = ["--trainer.callbacks+=graphormer_sepnorm.training.batch_statistics."
+                "ReestimateGraphTokenStatistics"]
+    # 12 training graphs in one batch: the estimate does not depend on the batches' order
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", *callback), "--data.batch_size",
+                "16", "--trainer.max_steps", "2", "--model.warmup_steps", "1",
+                "--model.total_steps", "2"])
+    best = Path(cli.trainer.checkpoint_callback.best_model_path)
+    saved = torch.load(best, weights_only=True)["state_dict"]
+    model = copy.deepcopy(cli.model.model)
+    model.load_state_dict({k.removeprefix("model."): v for k, v in saved.items()
+                           if k.startswith("model.")})
+    reestimate_graph_token_statistics(model, cli.datamodule.train_dataloader())
+    for name, value in statistics(model).items():
+        torch.testing.assert_close(saved["model." + name], value, msg=name)
