@@ -8,6 +8,7 @@ from test_cli import CONFIGS, common
 
 from graphormer_sepnorm.cli import main
 from graphormer_sepnorm.data.device_batches import DeviceBatches
+from graphormer_sepnorm.prediction import CheckpointError, load_checkpoint
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
@@ -69,6 +70,10 @@ def test_packed_replicas_fit_and_each_replica_checkpoint_works_alone(tmp_path):
     last = Path(cli.trainer.checkpoint_callback.dirpath) / "last.ckpt"
     packed = GraphormerModule.load_from_checkpoint(last, weights_only=True)
     assert isinstance(packed, PackedGraphormerModule) and packed.seeds == [3, 5]
+    # prediction takes a replica's checkpoint, and says so when given the packed one
+    assert load_checkpoint(replicas / "seed3.ckpt").model.config == module.config
+    with pytest.raises(CheckpointError, match="replicas/seed"):
+        load_checkpoint(last)
 
 
 def test_packed_replicas_need_the_device_engine(tmp_path):

@@ -99,7 +99,8 @@ def module_from_payload(payload: dict[str, Any], source: str = "checkpoint") -> 
     the machine it is loaded on.
 
     Raises:
-        CheckpointError: Hyper-parameters or weights that do not fit this code.
+        CheckpointError: Hyper-parameters or weights that do not fit this code, or a packed
+            fit's checkpoint (several models).
     """
     try:
         payload = upgrade(payload)
@@ -108,6 +109,10 @@ def module_from_payload(payload: dict[str, Any], source: str = "checkpoint") -> 
                               f"graphormer-sepnorm cannot read: {e}") from None
     hparams = {k: v for k, v in dict(payload["hyper_parameters"]).items()
                if not str(k).startswith("_") and k != "backend"}
+    if hparams.get("seeds"):
+        raise CheckpointError(f"{source} is a packed fit's checkpoint: it holds one model per "
+                              f"seed {hparams['seeds']}. Predict with one replica's: the fit's "
+                              "replicas/seed<s>.ckpt")
     info = hparams.get("dataset_info")
     if not isinstance(info, dict) or "featurizer" not in info:
         raise CheckpointError(f"{source} has no featurizer in hyper_parameters['dataset_info']; "
