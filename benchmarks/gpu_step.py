@@ -20,12 +20,14 @@ and the projected minutes of the paper's 400k-step recipe. The last line sums it
 (ZINC-subset: the engine's steps/s, the fastest packing and its model steps/s, 400k steps at
 the engine's rate).
 
-Data: ``--graphs DIR`` reads ``DIR/<dataset>.npz`` written here by ``--export DIR`` (rdkit and
-ogb are needed for that only: a GPU machine without them reads the arrays), else synthetic
-molecules with the datasets' size distributions and feature dims (``--synthetic N``).
+Data: ``--prepared DIR`` reads the training split of ``DIR/<dataset>/`` as
+``python -m graphormer_sepnorm.datasets.prepared`` writes it (RDKit and ogb are needed for that
+only: a GPU machine without them reads the arrays), else synthetic molecules with the datasets'
+size distributions and feature dims (``--synthetic N``).
 
-    python benchmarks/gpu_step.py --export data/gpu_step           # here, once
-    python benchmarks/gpu_step.py --graphs data/gpu_step           # on the GPU
+    python -m graphormer_sepnorm.datasets.prepared zinc_subset data/prepared/zinc_subset  # here
+    python -m graphormer_sepnorm.datasets.prepared molhiv data/prepared/molhiv            # here
+    python benchmarks/gpu_step.py --prepared data/prepared            # on the GPU
     python benchmarks/gpu_step.py --synthetic 64 --steps 2 --warmup 1 --batch-scale 0.05 \\
         --layers 2 --k 1 2                                           # a smoke run on a CPU
 """
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _flops import model_flops  # noqa: E402
 
 from graphormer_sepnorm.datasets.base import GraphDataModule  # noqa: E402
+from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
 from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
 from graphormer_sepnorm.training.module import GraphormerModule  # noqa: E402
 
@@ -75,44 +78,6 @@ def synthetic(name: str, count: int, seed: int = 0) -> list[Data]:
                            edge_index=ei, edge_attr=torch.from_numpy(np.concatenate([bond, bond])),
                            y=torch.tensor([[y]], dtype=torch.float), num_nodes=n))
     return graphs
-
-
-def save_graphs(path: Path, graphs: list[Data]) -> None:
-    """Compact arrays of ``graphs`` (int16/int8, concatenated), for a machine without rdkit."""
-    np.savez_compressed(
-        path, atoms=np.array([g.num_nodes for g in graphs]),
-        edges=np.array([g.edge_index.shape[1] for g in graphs]),
-        x=torch.cat([g.x.reshape(g.num_nodes, -1) for g in graphs]).numpy().astype(np.int16),
-        edge_index=torch.cat([g.edge_index for g in graphs], 1).numpy().astype(np.int16),
-        edge_attr=torch.cat([g.edge_attr.reshape(g.edge_index.shape[1], -1) for g in graphs]
-                            ).numpy().astype(np.int8),
-        y=torch.cat([g.y.reshape(1, -1) for g in graphs]).numpy().astype(np.float32))
-
-
-def load_graphs(path: Path) -> list[Data]:
-    """The graphs :func:`save_graphs` wrote."""
-    arrays = np.load(path)
-    atoms, edges = arrays["atoms"], arrays["edges"]
-    x = np.split(arrays["x"].astype(np.int64), np.cumsum(atoms)[:-1])
-    ei = np.split(arrays["edge_index"].astype(np.int64), np.cumsum(edges)[:-1], axis=1)
-    ea = np.split(arrays["edge_attr"].astype(np.int64), np.cumsum(edges)[:-1])
-    return [Data(x=torch.from_numpy(a), edge_index=torch.from_numpy(e),
-                 edge_attr=torch.from_numpy(b), y=torch.from_numpy(y).reshape(1, -1),
-                 num_nodes=int(n))
-            for a, e, b, y, n in zip(x, ei, ea, arrays["y"], atoms, strict=True)]
-
-
-def export(folder: Path) -> None:
-    """Writes the ZINC-subset and MolHIV training graphs as ``folder/<dataset>.npz``."""
-    from graphormer_sepnorm.datasets import MolHIVDataModule, ZINCDataModule
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, module in (("zinc_subset", ZINCDataModule(subset=True)),
-                         ("molhiv", MolHIVDataModule())):
-        module.prepare_data()
-        module.setup("fit")
-        save_graphs(folder / f"{name}.npz", module.splits["train"])
-        print(f"wrote {folder / name}.npz: {len(module.splits['train'])} graphs", flush=True)
 
 
 class ListDataModule(GraphDataModule):
@@ -216,8 +181,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("--export", type=Path, help="write DIR/<dataset>.npz here and stop")
-    parser.add_argument("--graphs", type=Path, help="read DIR/<dataset>.npz")
+    parser.add_argument("--prepared", type=Path,
+                        help="read the training split of DIR/<dataset>/ (prepared splits)")
     parser.add_argument("--synthetic", type=int, default=4096,
                         help="synthetic molecules per dataset without --graphs (default 4096)")
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
@@ -234,14 +199,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="scales the batch sizes (256, 128), for smoke runs")
     args = parser.parse_args(argv)
     args.compile = None if args.compile in (None, "none") else args.compile
-    if args.export:
-        export(args.export)
-        return []
     torch.set_float32_matmul_precision("high")
     reference = matmul_tflops()
     rows = []
     for name in args.datasets:
-        graphs = (load_graphs(args.graphs / f"{name}.npz") if args.graphs
+        graphs = (load_graphs(args.prepared / name / "train.npz") if args.prepared
                   else synthetic(name, args.synthetic))
         batch_size = max(2, round(DATASETS[name][0] * args.batch_scale))
         runs = [("lightning", None), ("engine", None)]

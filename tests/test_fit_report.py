@@ -131,7 +131,7 @@ def test_test_and_validate_from_the_checkpoint_alone(tmp_path, capsys, monkeypat
         main(["test", "--ckpt_path", best])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert f"data file not found: {csv}" in err and "--data.path" in err
+    assert f"data not found: {csv}" in err and "--data.path" in err
     again = main(["test", "--ckpt_path", best, "--data.path", str(moved)])
     assert float(again.trainer.callback_metrics["test/rmse"]) == pytest.approx(
         float(metrics["test/rmse"]), abs=1e-6)

@@ -1,7 +1,7 @@
 """Lightning datamodules: ZINC, ZINC-subset, OGB MolHIV, and users' SMILES CSV files.
 
-Imported on first use, so that a machine without RDKit or ogb (a GPU box fed with prepared
-arrays, say) can still import the base and the ZINC datamodule.
+Imported on first use, so that a machine without RDKit or ogb (a GPU node fed with prepared
+arrays, :class:`PreparedDataModule`) imports none of them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from graphormer_sepnorm.datasets.base import GraphDataModule
     from graphormer_sepnorm.datasets.mirror import MIRROR_ENV, DatasetUnavailableError
     from graphormer_sepnorm.datasets.molhiv import MolHIVDataModule
+    from graphormer_sepnorm.datasets.prepared import PreparedDataModule
     from graphormer_sepnorm.datasets.smiles_csv import SmilesCSVDataModule
     from graphormer_sepnorm.datasets.zinc import ZINCDataModule
 
@@ -21,6 +22,7 @@ _WHERE = {
     "MIRROR_ENV": "mirror",
     "DatasetUnavailableError": "mirror",
     "MolHIVDataModule": "molhiv",
+    "PreparedDataModule": "prepared",
     "SmilesCSVDataModule": "smiles_csv",
     "ZINCDataModule": "zinc",
 }
@@ -30,6 +32,7 @@ __all__ = [
     "DatasetUnavailableError",
     "GraphDataModule",
     "MolHIVDataModule",
+    "PreparedDataModule",
     "SmilesCSVDataModule",
     "ZINCDataModule",
 ]

@@ -65,11 +65,14 @@ def with_checkpoint_data(args: list[str]) -> list[str]:
 
 
 def missing_data_file(config: Any) -> str | None:
-    """The error for a datamodule ``path`` that is not a file (CSV data), else ``None``."""
+    """The error for a datamodule ``path`` that does not exist, else ``None``.
+
+    A file for CSV data, a folder for prepared splits.
+    """
     data = config.get("data")
     init = getattr(data, "init_args", None)
     path = init.get("path") if init is not None and hasattr(init, "get") else None
-    if path is None or Path(path).is_file():
+    if path is None or Path(path).exists():
         return None
-    return (f"data file not found: {path} (recorded in the checkpoint or config; moved? pass its "
-            f"location with --data.path NEW.csv)")
+    return (f"data not found: {path} (recorded in the checkpoint or config; moved? pass its "
+            f"location with --data.path NEW)")
