@@ -38,7 +38,14 @@ TINY = ["--config", str(CONFIGS / "zinc_subset.yaml"), "--model.config.num_layer
         "--model.lr", "1e-9", "--model.end_lr", "1e-9",
         "--trainer.max_steps", "4", "--model.total_steps", "4", "--model.warmup_steps", "1",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-        "--trainer.accelerator", "cpu"]
+        "--trainer.accelerator", "cpu",
+        # a checkpoint every epoch (the configs' keeps the best by val/mae, which at this lr
+        # may stop improving before the last step), and the statistics' re-estimation
+        "--trainer.callbacks", json.dumps([
+            {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+             "init_args": {"save_last": True}},
+            {"class_path": "graphormer_sepnorm.training.batch_statistics."
+                           "ReestimateGraphTokenStatistics"}])]
 DDP = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--data.batch_size", "6"]
 
 

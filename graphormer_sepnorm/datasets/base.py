@@ -206,17 +206,19 @@ class GraphDataModule(LightningDataModule):
         rank = self.trainer.global_rank if self.trainer is not None else 0
         return ShardedBatches(batches, rank, world, even=train) if world > 1 else batches
 
-    def _loader(self, split: str, train: bool) -> DataLoader | DeviceBatches:
+    def _loader(self, split: str, train: bool,
+                packed: bool | None = None) -> DataLoader | DeviceBatches:
         if self.engine == "device":
-            return self._device_batches(split, train)
+            return self._device_batches(split, train, packed)
         return DataLoader(GraphList(self.splits[split]),
                           batch_sampler=self._sampler(split, train, self.seed),
                           num_workers=self.num_workers,
                           collate_fn=GraphormerCollator(self.multi_hop_max_dist),
                           persistent_workers=self.num_workers > 0)
 
-    def _device_batches(self, split: str, train: bool) -> DeviceBatches:
-        packed = train and self.replica_seeds is not None
+    def _device_batches(self, split: str, train: bool,
+                        packed: bool | None = None) -> DeviceBatches:
+        packed = train and self.replica_seeds is not None if packed is None else packed
         seeds = self.replica_seeds if packed else [self.seed]
         samplers = [self._sampler(split, train, seed, drop_last=train) for seed in seeds]
         device = self.trainer.strategy.root_device if self.trainer is not None else None
@@ -235,6 +237,14 @@ class GraphDataModule(LightningDataModule):
                           "of nearly one size, which biases batch statistics and gradients; "
                           "use it only for models without BatchNorm", stacklevel=2)
         return self._loader("train", train=True)
+
+    def statistics_dataloader(self) -> DataLoader | DeviceBatches:
+        """Random training batches for one model, also in a packed fit.
+
+        As the engine serves them: what :mod:`~graphormer_sepnorm.training.batch_statistics`
+        re-estimates from.
+        """
+        return self._loader("train", train=True, packed=False)
 
     def val_dataloader(self) -> DataLoader | DeviceBatches:
         """Validation batches (each graph once)."""

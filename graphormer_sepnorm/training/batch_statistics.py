@@ -21,6 +21,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
+from graphormer_sepnorm.training.packed import PackedReplicas
 
 
 @torch.no_grad()
@@ -73,8 +74,8 @@ class ReestimateGraphTokenStatistics(Callback):
     Over up to ``max_graphs`` training graphs (see the module docstring), so the model that is
     validated, selected and saved as the best checkpoint evaluates with them. Costs one
     forward pass over those graphs per validation (about a third of a training epoch's compute
-    when they are the whole split). Does nothing for models without the BatchNorm (ShareNorm)
-    and for packed replicas.
+    when they are the whole split). Packed replicas are re-estimated one by one, on the same
+    batches. Does nothing for models without the BatchNorm (ShareNorm).
 
     Args:
         max_graphs: training graphs per estimate (per process). Default: 10,000.
@@ -85,9 +86,15 @@ class ReestimateGraphTokenStatistics(Callback):
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Re-estimates, unless in the sanity check or outside a fit."""
-        model = getattr(pl_module, "model", None)
-        if trainer.sanity_checking or trainer.state.fn != "fit" or not isinstance(model,
-                                                                                  Graphormer):
+        batches = getattr(trainer.datamodule, "statistics_dataloader", None)
+        if trainer.sanity_checking or trainer.state.fn != "fit" or batches is None:
             return
-        reestimate_graph_token_statistics(model, trainer.datamodule.train_dataloader(),
-                                          self.max_graphs)
+        model = getattr(pl_module, "model", None)
+        if isinstance(model, Graphormer):
+            reestimate_graph_token_statistics(model, batches(), self.max_graphs)
+        elif isinstance(model, PackedReplicas):
+            device = next(model.parameters()).device
+            for index in range(model.num_replicas):
+                replica = model.replica(index).to(device)
+                if reestimate_graph_token_statistics(replica, batches(), self.max_graphs):
+                    model.set_replica(index, replica)

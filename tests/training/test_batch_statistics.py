@@ -78,17 +78,37 @@ def test_callback_in_a_fit_saves_the_reestimated_statistics(tmp_path, tiny_mirro
 
     monkeypatch.setattr("sys.argv", ["graphormer-sepnorm"])
     monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(tiny_mirror))
-    callback = ["--trainer.callbacks+=graphormer_sepnorm.training.batch_statistics."
-                "ReestimateGraphTokenStatistics"]
-    # 12 training graphs in one batch: the estimate does not depend on the batches' order
-    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", *callback), "--data.batch_size",
-                "16", "--trainer.max_steps", "2", "--model.warmup_steps", "1",
+    # the config has the callback; 12 training graphs in one batch: the estimate does not
+    # depend on the batches' order
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml"), "--data.batch_size", "16",
+                "--trainer.max_steps", "2", "--model.warmup_steps", "1",
                 "--model.total_steps", "2"])
     best = Path(cli.trainer.checkpoint_callback.best_model_path)
     saved = torch.load(best, weights_only=True)["state_dict"]
     model = copy.deepcopy(cli.model.model)
     model.load_state_dict({k.removeprefix("model."): v for k, v in saved.items()
                            if k.startswith("model.")})
-    reestimate_graph_token_statistics(model, cli.datamodule.train_dataloader())
+    reestimate_graph_token_statistics(model, cli.datamodule.statistics_dataloader())
     for name, value in statistics(model).items():
         torch.testing.assert_close(saved["model." + name], value, msg=name)
+
+
+def test_callback_reestimates_each_packed_replica(tmp_path, tiny_mirror, monkeypatch):
+    from test_cli import CONFIGS, common
+
+    from graphormer_sepnorm.cli import main
+    from graphormer_sepnorm.training.module import GraphormerModule
+
+    monkeypatch.setattr("sys.argv", ["graphormer-sepnorm"])
+    monkeypatch.setenv("GRAPHORMER_SEPNORM_DATA_MIRROR", str(tiny_mirror))
+    preset = str(CONFIGS / "presets" / "gpu_fast.yaml")
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", preset),
+                "--model.seeds", "[3, 5]", "--data.batch_size", "16", "--trainer.max_steps",
+                "2", "--model.warmup_steps", "1", "--model.total_steps", "2"])
+    for seed in (3, 5):
+        path = Path(cli.trainer.log_dir) / "replicas" / f"seed{seed}.ckpt"
+        replica = GraphormerModule.load_from_checkpoint(path, weights_only=True).model
+        saved = statistics(replica)
+        reestimate_graph_token_statistics(replica, cli.datamodule.statistics_dataloader())
+        for name, value in statistics(replica).items():
+            torch.testing.assert_close(saved[name], value, msg=name)
