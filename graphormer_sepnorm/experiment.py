@@ -134,6 +134,7 @@ def worker(spec_path: Path) -> None:
 def packed_worker(spec_path: Path, spec: dict[str, Any]) -> None:
     """One packed fit of ``spec['seeds']``, then a test of each replica's best checkpoint."""
     from graphormer_sepnorm.cli import main as cli_main
+    from graphormer_sepnorm.training import checkpoint_format
 
     start = time.perf_counter()
     fit = cli_main(["fit", *spec["cli"], "--model.seeds", json.dumps(spec["seeds"]),
@@ -144,7 +145,7 @@ def packed_worker(spec_path: Path, spec: dict[str, Any]) -> None:
         path = Path(fit.trainer.log_dir) / "replicas" / f"seed{seed}.ckpt"
         if not path.is_file():
             raise RuntimeError(f"no best checkpoint of seed {seed}: did validation run?")
-        replica = torch_load(path)["replica"]
+        replica = checkpoint_format.load(path)["replica"]
         metric = fit.model.task.metric_name
         test = cli_main(["test", *spec["cli"], "--trainer.logger.init_args.version",
                          f"test-seed{seed}", "--ckpt_path", str(path)])
@@ -155,13 +156,6 @@ def packed_worker(spec_path: Path, spec: dict[str, Any]) -> None:
                         "fit_seconds": round(seconds, 1)})
     if fit.trainer.global_rank == 0:
         (spec_path.parent / "result.json").write_text(json.dumps(results))
-
-
-def torch_load(path: Path) -> dict[str, Any]:
-    """A checkpoint, read with ``weights_only=True``."""
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def spawn(spec_path: Path, log: Path) -> float | None:

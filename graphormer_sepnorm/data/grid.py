@@ -132,7 +132,6 @@ def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:
     """The flat numpy arrays :class:`GridGraphs` keeps (see the module docstring)."""
     n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
     edge_attr = np.concatenate([_as_2d(g.edge_attr).numpy() for g in graphs])
-    edge_index = [g.edge_index.numpy() for g in graphs]
     if len(edge_attr):
         edge_types, edge_type = np.unique(edge_attr, axis=0, return_inverse=True)
     else:  # no edges anywhere: one type row keeps every gather in range
@@ -141,9 +140,7 @@ def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:
     spd = np.concatenate([g.spd.numpy() for g in graphs]).astype(np.int16)
     slots = max(1, min(k, int(spd.max(initial=0))))
     path = np.zeros((len(spd), slots), dtype=np.uint8 if len(edge_types) <= 256 else np.int16)
-    _fill_paths(graphs, path, edge_type.reshape(-1), n, k)
-    degree = np.concatenate([np.bincount(e[1], minlength=m) for e, m in zip(edge_index, n,
-                                                                                strict=True)])
+    degree = _walk_paths(graphs, path, edge_type.reshape(-1), n, k)
     return {
         "x": np.concatenate([_as_2d(g.x).numpy() for g in graphs]).astype(np.int16),
         "degree": degree.astype(np.int16),
@@ -156,15 +153,21 @@ def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:
     }
 
 
-def _fill_paths(graphs: Sequence[Data], path: np.ndarray, edge_type: np.ndarray,
-                n: np.ndarray, k: int) -> None:
-    """Writes each pair's hop edge types into ``path``, walking chunks with the collator."""
+def _walk_paths(graphs: Sequence[Data], path: np.ndarray, edge_type: np.ndarray,
+                n: np.ndarray, k: int) -> np.ndarray:
+    """Writes each pair's hop edge types into ``path``, walking chunks with the collator.
+
+    Returns the atoms' degrees, which the collator computes on the way.
+    """
     collate = GraphormerCollator(k)
     pair_start = edge_start = 0
+    degrees = []
     for start in range(0, len(graphs), _CHUNK):
         chunk = graphs[start:start + _CHUNK]
         batch = collate(chunk)
         hop_edge = edge_start + batch.hop_edge.numpy()
         path[pair_start + batch.hop_pair.numpy(), batch.hop_index.numpy()] = edge_type[hop_edge]
+        degrees.append(batch.degree.numpy())
         pair_start += int((n[start:start + _CHUNK] ** 2).sum())
         edge_start += sum(g.edge_index.shape[1] for g in chunk)
+    return np.concatenate(degrees) if degrees else np.zeros(0, dtype=np.int64)

@@ -218,7 +218,8 @@ class GraphDataModule(LightningDataModule):
 
     def _device_batches(self, split: str, train: bool,
                         packed: bool | None = None) -> DeviceBatches:
-        packed = train and self.replica_seeds is not None if packed is None else packed
+        if packed is None:
+            packed = train and self.replica_seeds is not None
         seeds = self.replica_seeds if packed else [self.seed]
         samplers = [self._sampler(split, train, seed, drop_last=train) for seed in seeds]
         device = self.trainer.strategy.root_device if self.trainer is not None else None

@@ -85,7 +85,8 @@ class PackedReplicas(nn.Module):
             self._stacked(self.buffer_names, False), tensors)
 
     def _stacked(self, names: list[str], parameters: bool) -> dict[str, Tensor]:
-        source = dict(self.named_parameters() if parameters else self.named_buffers())
+        # the module's own dicts: no walk of named_parameters() in every step
+        source = self._parameters if parameters else self._buffers
         return {name: source[_key(name)] for name in names}
 
     def replica_state_dict(self, index: int) -> dict[str, Tensor]:
