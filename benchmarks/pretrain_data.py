@@ -21,13 +21,19 @@ Descriptor selection and transforms are fitted on the training rows only:
    model's ``standardize_targets`` then changes nothing, and ``val/mae`` is a mean MAE in std
    units across descriptors).
 
-The fitted spec (descriptor, transform, clip bounds, mean, std) goes to ``--spec-out``
-(``benchmarks/pretrain_descriptors.json``); ``--spec-in`` applies a saved spec instead of fitting
-one, so the targets are reproducible. Splits: ZINC train+val rows are ``train`` except a random
-``--val-fraction`` that is ``val``; ZINC test rows are ``test``. ``--sample N`` keeps a random N of
-the train+val rows (all test rows are kept).
+The fitted spec (descriptor, transform, clip bounds, mean, std) goes to ``--spec-out``;
+``--spec-in`` applies a saved spec instead of fitting one, so the targets are reproducible. The
+package's spec, ``graphormer_sepnorm/rdkit2d_descriptors.json``, is the one the bundled
+``pretrained`` model learned and the ``rdkit2d`` molecule features apply
+(:mod:`graphormer_sepnorm.mol_features`); it was fitted with ``--sample 120000``.
 
-    OMP_NUM_THREADS=1 python benchmarks/pretrain_data.py --sample 120000
+Splits: ZINC train+val rows are ``train`` except a random ``--val-fraction`` that is ``val``;
+ZINC test rows are ``test``. ``--sample N`` keeps a random N of the train+val rows (all test
+rows are kept).
+
+    OMP_NUM_THREADS=1 python benchmarks/pretrain_data.py --workers 2 \
+        --spec-in graphormer_sepnorm/rdkit2d_descriptors.json \
+        --out data/pretrain/zinc_descriptors_full.csv
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from typing import Any
 import numpy as np
 from rdkit import Chem, RDLogger, rdBase
 from rdkit.Chem import Descriptors
+
+from graphormer_sepnorm.mol_features import SPEC_PATH, apply_transform, transform_descriptors
 
 ROOT = Path(__file__).resolve().parents[1]
 ZINC_DIR = Path("/work/shared/data/ZINC")
@@ -103,17 +111,6 @@ def _skew(x: np.ndarray) -> float:
     return 0.0 if std == 0 else float(np.mean(((x - x.mean()) / std) ** 3))
 
 
-def apply_transform(x: np.ndarray, transform: str) -> np.ndarray:
-    """``identity``, ``log1p`` or ``signed_log1p`` (``sign(x) * log1p(|x|)``)."""
-    if transform == "identity":
-        return x
-    if transform == "log1p":
-        return np.log1p(np.maximum(x, 0.0))
-    if transform == "signed_log1p":
-        return np.sign(x) * np.log1p(np.abs(x))
-    raise ValueError(f"unknown transform {transform!r}")
-
-
 def fit_spec(raw: np.ndarray, train: np.ndarray, args: argparse.Namespace
              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Chooses descriptors and their transforms on the training rows (see the module doc)."""
@@ -163,12 +160,7 @@ def fit_spec(raw: np.ndarray, train: np.ndarray, args: argparse.Namespace
 
 def apply_spec(raw: np.ndarray, spec: list[dict[str, Any]]) -> np.ndarray:
     """Standardized targets (molecules x spec) from the full descriptor matrix."""
-    out = np.empty((raw.shape[0], len(spec)), dtype=np.float64)
-    for k, item in enumerate(spec):
-        x = apply_transform(raw[:, NAMES.index(item["name"])], item["transform"])
-        lo, hi = item["clip"]
-        out[:, k] = (np.clip(x, lo, hi) - item["mean"]) / item["std"]
-    return out
+    return transform_descriptors(raw[:, [NAMES.index(item["name"]) for item in spec]], spec)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,7 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--zinc-dir", type=Path, default=ZINC_DIR)
     parser.add_argument("--out", type=Path, default=ROOT / "data/pretrain/zinc_descriptors.csv")
     parser.add_argument("--spec-out", type=Path,
-                        default=ROOT / "benchmarks/pretrain_descriptors.json")
+                        default=ROOT / "data/pretrain/rdkit2d_descriptors.json",
+                        help="where a fitted spec goes (the package's own is "
+                             f"{SPEC_PATH.relative_to(ROOT)}: copy it there deliberately)")
     parser.add_argument("--spec-in", type=Path, default=None,
                         help="apply this saved spec instead of fitting one")
     parser.add_argument("--sample", type=int, default=0,

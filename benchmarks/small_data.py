@@ -44,9 +44,19 @@ from graphormer_sepnorm.experiment import append_row, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ["solubility", "freesolv", "ace_chembl1862_ki", "ace_chembl219_ki"]
-FIELDS = ["set", "method", "seed", "test_mae", "test_rmse", "minutes", "cpu_minutes", "n_train",
-          "n_val",
-          "n_test", "command", "run_dir", "commit", "finished"]
+FIELDS = ["set", "method", "seed", "test_mae", "test_rmse", "val_mae", "minutes", "cpu_minutes",
+          "n_train", "n_val", "n_test", "command", "run_dir", "commit", "finished"]
+
+
+def upgrade_results(path: Path) -> None:
+    """Rewrites a results CSV of an older header with today's :data:`FIELDS` (new ones empty)."""
+    rows = read_rows(path)
+    if not rows or list(rows[0]) == FIELDS:
+        return
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows({k: row.get(k, "") for k in FIELDS} for row in rows)
 
 
 def read_set(path: Path) -> tuple[list[str], list[float], list[str]]:
@@ -106,18 +116,18 @@ def run_chemprop(args: argparse.Namespace, data: Path, seed: int, run_dir: Path
     return float(np.abs(error).mean()), float(np.sqrt((error ** 2).mean())), times, command
 
 
-def last_metric(metrics_csv: Path, name: str) -> float:
-    """The last logged value of ``name`` in a Lightning ``metrics.csv``."""
+def logged(metrics_csv: Path, name: str) -> list[float]:
+    """Every logged value of ``name`` in a Lightning ``metrics.csv``, in order."""
     with open(metrics_csv, newline="") as handle:
-        values = [r[name] for r in csv.DictReader(handle) if r.get(name)]
+        values = [float(r[name]) for r in csv.DictReader(handle) if r.get(name)]
     if not values:
         raise RuntimeError(f"{metrics_csv} has no {name}")
-    return float(values[-1])
+    return values
 
 
 def run_ours(args: argparse.Namespace, data: Path, seed: int, run_dir: Path, extra: str
-             ) -> tuple[float, float, tuple[float, float], list[str]]:
-    """Test MAE, RMSE, (wall, CPU) seconds and the command of one fit of ours."""
+             ) -> tuple[float, float, tuple[float, float], list[str], float]:
+    """Test MAE, RMSE, (wall, CPU) seconds, the command and the best val MAE of one fit."""
     command = [*shlex.split(args.graphormer), "fit", "--config", str(args.config),
                "--data.path", str(data), "--data.target_columns", "[y]",
                "--data.split", "column", "--seed_everything", str(seed),
@@ -127,7 +137,8 @@ def run_ours(args: argparse.Namespace, data: Path, seed: int, run_dir: Path, ext
                *shlex.split(extra)]
     times = run_logged(command, run_dir.parent / f"{run_dir.name}.log", args.workdir)
     metrics = run_dir / "metrics.csv"
-    return last_metric(metrics, "test/mae"), last_metric(metrics, "test/rmse"), times, command
+    return (logged(metrics, "test/mae")[-1], logged(metrics, "test/rmse")[-1], times, command,
+            min(logged(metrics, "val/mae")))
 
 
 def git_commit(folder: Path) -> str:
@@ -151,8 +162,8 @@ def _mean_std(values: list[float]) -> str:
 
 def summary(rows: list[dict[str, str]], sets: list[str], methods: list[str]) -> str:
     """Markdown table: per set and method, seeds, mean ± std test MAE and RMSE, minutes a run."""
-    lines = ["| set | method | seeds | test MAE | test RMSE | min/run (CPU) | vs chemprop |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| set | method | seeds | test MAE | test RMSE | best val MAE | min/run (CPU) "
+             "| vs chemprop |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     present_sets = [s for s in sets if any(r["set"] == s for r in rows)]
     present_sets += sorted({r["set"] for r in rows} - set(present_sets))
     for name in present_sets:
@@ -163,6 +174,7 @@ def summary(rows: list[dict[str, str]], sets: list[str], methods: list[str]) -> 
             mine = [r for r in rows if r["set"] == name and r["method"] == method]
             mae = [float(r["test_mae"]) for r in mine]
             rmse = [float(r["test_rmse"]) for r in mine]
+            val = [float(r["val_mae"]) for r in mine if r.get("val_mae")]
             minutes = float(np.mean([float(r["minutes"]) for r in mine]))
             cpu = [float(r["cpu_minutes"]) for r in mine if r.get("cpu_minutes")]
             cpu_text = f" ({np.mean(cpu):.1f})" if cpu else ""
@@ -170,7 +182,8 @@ def summary(rows: list[dict[str, str]], sets: list[str], methods: list[str]) -> 
             vs = (f"{100 * (np.mean(mae) / np.mean(base) - 1):+.1f}%"
                   if base and method != "chemprop" else "")
             lines.append(f"| {name} | {method} | {seeds} | {_mean_std(mae)} | "
-                         f"{_mean_std(rmse)} | {minutes:.1f}{cpu_text} | {vs} |")
+                         f"{_mean_std(rmse)} | {_mean_std(val)} | {minutes:.1f}{cpu_text} | "
+                         f"{vs} |")
     return "\n".join(lines)
 
 
@@ -211,6 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     variants = parse_variants(args.variant)
+    upgrade_results(args.results)
     methods = args.methods or ["chemprop", *variants]
     unknown = [m for m in methods if m != "chemprop" and m not in variants]
     if unknown:
@@ -234,17 +248,19 @@ def main(argv: list[str] | None = None) -> None:
                     if run_dir.exists():
                         shutil.rmtree(run_dir)
                     print(f"{name} {method} seed {seed} ...", flush=True)
+                    val = math.nan  # chemprop's validation error is not read
                     if method == "chemprop":
                         mae, rmse, (seconds, cpu), command = run_chemprop(args, data, seed,
                                                                           run_dir)
                     else:
-                        mae, rmse, (seconds, cpu), command = run_ours(args, data, seed, run_dir,
-                                                                      variants[method])
+                        mae, rmse, (seconds, cpu), command, val = run_ours(
+                            args, data, seed, run_dir, variants[method])
                     print(f"  test MAE {mae:.4f}, RMSE {rmse:.4f}, {seconds / 60:.1f} min "
                           f"({cpu / 60:.1f} CPU min)", flush=True)
                     append_row(args.results, {
                         "set": name, "method": method, "seed": seed,
                         "test_mae": f"{mae:.6g}", "test_rmse": f"{rmse:.6g}",
+                        "val_mae": "" if math.isnan(val) else f"{val:.6g}",
                         "minutes": f"{seconds / 60:.2f}",
                         "cpu_minutes": f"{cpu / 60:.2f}", "n_train": counts["train"],
                         "n_val": counts["val"], "n_test": counts["test"],

@@ -81,10 +81,10 @@ class GraphTokenDiagnostics(Callback):
     The graph-token embeddings of up to ``max_graphs`` validation graphs are collected,
     gathered from every process under DDP, and measured with :func:`effective_rank` and
     :func:`uniformity`. They are read off the validation step's own forward pass (the input of
-    the model's ``head``, which is exactly ``model.embed(batch)``), so collecting costs no extra
-    computation; when the validation step does not run the head on the batch, the callback runs
-    ``model.embed(batch)`` itself (one extra eval-mode forward per batch). Packed replicas
-    (several models in one fit) have no single embedding: nothing is logged for them.
+    the model's ``head``, which begins with exactly ``model.embed(batch)``), so collecting costs
+    no extra computation; when the validation step does not run the head on the batch, the
+    callback runs ``model.embed(batch)`` itself (one extra eval-mode forward per batch). Packed
+    replicas (several models in one fit) have no single embedding: nothing is logged for them.
 
     Args:
         max_graphs: embeddings kept per process. Default: 4096.
@@ -137,6 +137,8 @@ class GraphTokenDiagnostics(Callback):
         if pending is None or pending.dim() != 2 or len(pending) != batch.num_graphs:
             with torch.no_grad():
                 pending = self._model(pl_module).embed(batch)
+        # a head with molecule features reads [embedding, mol_x]: keep the embedding
+        pending = pending[:, : self._model(pl_module).config.hidden_dim]
         self._embeddings.append(pending.float())
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -147,7 +149,7 @@ class GraphTokenDiagnostics(Callback):
         if self._embeddings:
             z = torch.cat(self._embeddings)[: self.max_graphs]
         else:  # still take part in the gathers below, or the other processes would wait forever
-            z = torch.zeros(0, self._model(pl_module).head.in_features, device=pl_module.device)
+            z = torch.zeros(0, self._model(pl_module).config.hidden_dim, device=pl_module.device)
         # all_gather needs equal shapes: every process keeps the smallest count
         keep = int(pl_module.all_gather(torch.tensor(len(z), device=z.device)).min())
         z = pl_module.all_gather(z[:keep]).reshape(-1, z.shape[-1])

@@ -2,7 +2,9 @@
 
 A :class:`Featurizer` turns one SMILES string into a :class:`torch_geometric.data.Data` with long
 ``x`` ``[N, F_node]``, ``edge_index`` ``[2, E]`` (both directions of each bond) and ``edge_attr``
-``[E, F_edge]``, or raises :class:`FeaturizationError` with a short reason for the user. The same
+``[E, F_edge]`` (and, with molecule features, float ``mol_x`` ``[1, F_mol]``: see
+:mod:`~graphormer_sepnorm.mol_features`), or raises :class:`FeaturizationError` with a short
+reason for the user. The same
 graph as plain numpy arrays (:meth:`~Featurizer.arrays`) is what prediction workers send between
 processes. Its :meth:`~Featurizer.to_config` is plain JSON-able data, so it travels inside a
 checkpoint.
@@ -20,6 +22,7 @@ from ogb.utils import features as ogb_features
 from rdkit import Chem, rdBase
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.mol_features import MolFeatures, build_mol_features
 from graphormer_sepnorm.ogb_features import atom_features, bond_features
 from graphormer_sepnorm.smiles import FeaturizationError, parse_smiles
 
@@ -37,22 +40,27 @@ _ZINC_BONDS = {Chem.BondType.SINGLE: 1, Chem.BondType.DOUBLE: 2, Chem.BondType.T
 
 
 class GraphArrays(NamedTuple):
-    """One featurized molecule as int64 numpy arrays (cheap to pickle between processes).
+    """One featurized molecule as numpy arrays (cheap to pickle between processes).
 
     Attributes:
-        x: ``[N, F_node]`` atom features.
-        edge_index: ``[2, E]`` directed edges, both directions of each bond.
-        edge_attr: ``[E, F_edge]`` bond features.
+        x: ``[N, F_node]`` int64 atom features.
+        edge_index: ``[2, E]`` int64 directed edges, both directions of each bond.
+        edge_attr: ``[E, F_edge]`` int64 bond features.
+        mol_x: ``[F_mol]`` float32 molecule features, or ``None`` when the featurizer has none.
     """
 
     x: np.ndarray
     edge_index: np.ndarray
     edge_attr: np.ndarray
+    mol_x: np.ndarray | None = None
 
     def to_data(self) -> Data:
-        """The PyG ``Data`` (long tensors sharing these arrays' memory)."""
-        return Data(x=torch.from_numpy(self.x), edge_index=torch.from_numpy(self.edge_index),
+        """The PyG ``Data`` (tensors sharing these arrays' memory; ``mol_x`` as ``[1, F]``)."""
+        data = Data(x=torch.from_numpy(self.x), edge_index=torch.from_numpy(self.edge_index),
                     edge_attr=torch.from_numpy(self.edge_attr), num_nodes=len(self.x))
+        if self.mol_x is not None:
+            data.mol_x = torch.from_numpy(self.mol_x).reshape(1, -1)
+        return data
 
 
 def _atoms(mol: Chem.Mol) -> list[Chem.Atom]:
@@ -78,17 +86,23 @@ class Featurizer(ABC):
         atom_feature_dims: Vocabulary size of each column of ``x``.
         edge_feature_dims: Vocabulary size of each column of ``edge_attr``.
         max_atoms: Molecules with more (heavy) atoms are refused; ``None`` for no limit.
+        mol_features: Names of the molecule features computed beside the graph
+            (:data:`~graphormer_sepnorm.mol_features.MOL_FEATURES`), in order.
+        mol_feature_dim: Length of their concatenation (0 without).
     """
 
     name: ClassVar[str]
     atom_feature_dims: list[int]
     edge_feature_dims: list[int]
 
-    def __init__(self, max_atoms: int | None = None) -> None:
+    def __init__(self, max_atoms: int | None = None, mol_features: Sequence[str] = ()) -> None:
         if max_atoms is not None and (isinstance(max_atoms, bool) or int(max_atoms) != max_atoms
                                       or max_atoms < 1):
             raise ValueError(f'max_atoms must be a positive integer or None, got {max_atoms!r}')
         self.max_atoms = None if max_atoms is None else int(max_atoms)
+        self.mol_features = [str(n) for n in mol_features]
+        self._generators: list[MolFeatures] = build_mol_features(self.mol_features)
+        self.mol_feature_dim = sum(g.dim for g in self._generators)
 
     def __call__(self, smiles: str) -> Data:
         """``Data(x, edge_index, edge_attr, num_nodes)`` (long tensors) of one SMILES.
@@ -106,7 +120,10 @@ class Featurizer(ABC):
             raise FeaturizationError(
                 f'molecule has {n} atoms; this model supports at most {self.max_atoms}')
         try:
-            graph = self._featurize(mol)
+            # before _featurize, which may modify the molecule
+            mol_x = (np.concatenate([g(mol) for g in self._generators])
+                     if self._generators else None)
+            graph = self._featurize(mol)._replace(mol_x=mol_x)
         except FeaturizationError:
             raise
         except Exception as e:  # never let user input crash the caller with another type
@@ -123,9 +140,12 @@ class Featurizer(ABC):
 
     def to_config(self) -> dict[str, Any]:
         """Plain JSON-able description, rebuilt by :func:`featurizer_from_config`."""
-        return {'name': self.name, 'max_atoms': self.max_atoms,
-                'atom_feature_dims': list(self.atom_feature_dims),
-                'edge_feature_dims': list(self.edge_feature_dims)}
+        config = {'name': self.name, 'max_atoms': self.max_atoms,
+                  'atom_feature_dims': list(self.atom_feature_dims),
+                  'edge_feature_dims': list(self.edge_feature_dims)}
+        if self.mol_features:  # absent otherwise: configs stay those of older checkpoints
+            config['mol_features'] = list(self.mol_features)
+        return config
 
 
 def _zinc_token(atom: Chem.Atom) -> str:
@@ -150,12 +170,14 @@ class ZincFeaturizer(Featurizer):
     Args:
         max_atoms: Largest molecule accepted (``None``: no limit).
         vocab: Atom tokens in index order; defaults to :data:`ZINC_ATOM_VOCAB`.
+        mol_features: Molecule features beside the graph (see :class:`Featurizer`).
     """
 
     name = 'zinc'
 
-    def __init__(self, max_atoms: int | None = None, vocab: Sequence[str] | None = None) -> None:
-        super().__init__(max_atoms)
+    def __init__(self, max_atoms: int | None = None, vocab: Sequence[str] | None = None,
+                 mol_features: Sequence[str] = ()) -> None:
+        super().__init__(max_atoms, mol_features)
         self.vocab = list(ZINC_ATOM_VOCAB if vocab is None else vocab)
         if len(set(self.vocab)) != len(self.vocab) or not self.vocab:
             raise ValueError('vocab must be a non-empty list of distinct tokens')
@@ -225,12 +247,13 @@ class OgbFeaturizer(Featurizer):
 
     Args:
         max_atoms: Largest molecule accepted (``None``: no limit).
+        mol_features: Molecule features beside the graph (see :class:`Featurizer`).
     """
 
     name = 'ogb'
 
-    def __init__(self, max_atoms: int | None = None) -> None:
-        super().__init__(max_atoms)
+    def __init__(self, max_atoms: int | None = None, mol_features: Sequence[str] = ()) -> None:
+        super().__init__(max_atoms, mol_features)
         self.atom_feature_dims = list(ogb_features.get_atom_feature_dims())
         self.edge_feature_dims = list(ogb_features.get_bond_feature_dims())
 

@@ -39,6 +39,8 @@ class GraphormerBatch:
         hop_index: ``[M]`` long: which hop it is, 0 for the edge next to ``i``.
         hop_edge: ``[M]`` long: the edge taken at that hop (row of ``edge_attr``).
         y: ``[B, num_tasks]`` float targets, or ``None``.
+        mol_x: ``[B, F_mol]`` float molecule features the head reads beside the graph token
+            (:mod:`~graphormer_sepnorm.mol_features`), or ``None``.
         hop_counts: the hop lists' layout when it is hop-major with nested pair prefixes, as
             the collator builds it: ``hop_counts[k]`` hops have hop index ``k``, they come after
             those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.
@@ -66,6 +68,7 @@ class GraphormerBatch:
     hop_index: Tensor
     hop_edge: Tensor
     y: Tensor | None = None
+    mol_x: Tensor | None = None
     hop_counts: tuple[int, ...] | None = None
 
     @property
@@ -154,7 +157,7 @@ class GraphormerCollator:
 
     Each graph needs ``x`` (``[N]`` or ``[N, F_node]`` long), ``edge_index`` and ``edge_attr``
     (``[E]`` or ``[E, F_edge]`` long); ``spd`` from :class:`AddShortestPaths` is computed on the
-    fly when missing; ``y`` is optional.
+    fly when missing; ``y`` and ``mol_x`` (``[1, F_mol]`` molecule features) are optional.
 
     Args:
         multi_hop_max_dist: ``K``, how many hops of each shortest path to keep. Default: 20.
@@ -204,6 +207,7 @@ class GraphormerCollator:
             hop_index=t(hop_index),
             hop_edge=t(hop_edge),
             y=_stack_targets(graphs),
+            mol_x=_stack_mol_features(graphs),
             hop_counts=hop_counts,
         )
 
@@ -216,3 +220,12 @@ def _stack_targets(graphs: Sequence[Data]) -> Tensor | None:
     if any(getattr(g, "y", None) is None for g in graphs):
         return None
     return torch.cat([g.y.reshape(1, -1) for g in graphs]).float()
+
+
+def _stack_mol_features(graphs: Sequence[Data]) -> Tensor | None:
+    present = [getattr(g, "mol_x", None) is not None for g in graphs]
+    if not any(present):
+        return None
+    if not all(present):
+        raise ValueError("some graphs of the batch have molecule features (mol_x), others not")
+    return torch.cat([g.mol_x.reshape(1, -1) for g in graphs]).float()

@@ -39,7 +39,7 @@ class GridGraphs:
 
     Args:
         graphs: PyG graphs with ``x``, ``edge_index``, ``edge_attr`` (``spd`` is computed when
-            missing; ``y`` optional, on all graphs or none).
+            missing; ``y`` and ``mol_x`` optional, each on all graphs or none).
         multi_hop_max_dist: ``K``, hops of each shortest path kept. Default: 20.
         device: where the tensors live. Default: CPU.
 
@@ -68,8 +68,10 @@ class GridGraphs:
         host = _host_arrays(graphs, multi_hop_max_dist)
         self.hop_slots = host["path"].shape[1]
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
-        self.y = (torch.cat([g.y.reshape(1, -1) for g in graphs]).float().to(device)
-                  if all(getattr(g, "y", None) is not None for g in graphs) else None)
+        self.y, self.mol_x = (
+            torch.cat([getattr(g, name).reshape(1, -1) for g in graphs]).float().to(device)
+            if all(getattr(g, name, None) is not None for g in graphs) else None
+            for name in ("y", "mol_x"))
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -82,7 +84,7 @@ class GridGraphs:
     @property
     def nbytes(self) -> int:
         """Bytes the stored tensors take."""
-        tensors = [*self.tensors.values(), *([self.y] if self.y is not None else [])]
+        tensors = [*self.tensors.values(), *(t for t in (self.y, self.mol_x) if t is not None)]
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def batch(self, index: Tensor, length: int) -> GraphormerBatch:
@@ -117,6 +119,7 @@ class GridGraphs:
             hop_index=hop_index,
             hop_edge=t["path"][pair].long().flatten(-4, -2),
             y=None if self.y is None else self.y[index],
+            mol_x=None if self.mol_x is None else self.mol_x[index],
         )
 
     def length_for(self, index: np.ndarray, multiple: int = 8) -> int:

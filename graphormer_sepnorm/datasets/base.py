@@ -26,16 +26,21 @@ def make_dataset_info(name: str, task: str, target_names: Sequence[str],
                       featurizer: Any) -> dict[str, Any]:
     """The ``dataset_info`` a model is built from: task, targets, the featurizer and its dims.
 
+    ``mol_feature_dim`` is there only when the featurizer computes molecule features.
+
     Args:
         name: the dataset's name.
         task: ``'regression'`` or ``'binary'``.
         target_names: one name per output.
         featurizer: a :class:`~graphormer_sepnorm.featurizers.Featurizer`.
     """
-    return {"name": name, "task": task, "target_names": list(target_names),
+    info = {"name": name, "task": task, "target_names": list(target_names),
             "atom_feature_dims": list(featurizer.atom_feature_dims),
             "edge_feature_dims": list(featurizer.edge_feature_dims),
             "featurizer": featurizer.to_config()}
+    if featurizer.mol_feature_dim:
+        info["mol_feature_dim"] = featurizer.mol_feature_dim
+    return info
 
 
 class GraphList(Dataset):

@@ -28,9 +28,14 @@ from graphormer_sepnorm.datasets.base import SPLITS, Engine, GraphDataModule, Tr
 
 
 def save_graphs(path: Path, graphs: Sequence[Data]) -> None:
-    """Compact arrays of ``graphs`` (features int16/int8, concatenated) in one ``.npz``."""
+    """Compact arrays of ``graphs`` (features int16/int8, concatenated) in one ``.npz``.
+
+    Molecule features (``mol_x``), when the graphs have them, are kept as float32 ``[G, F]``.
+    """
+    extra = ({"mol_x": torch.cat([g.mol_x.reshape(1, -1) for g in graphs]).numpy()}
+             if graphs and getattr(graphs[0], "mol_x", None) is not None else {})
     np.savez_compressed(
-        path, atoms=np.array([g.num_nodes for g in graphs]),
+        path, **extra, atoms=np.array([g.num_nodes for g in graphs]),
         edges=np.array([g.edge_index.shape[1] for g in graphs]),
         x=torch.cat([g.x.reshape(g.num_nodes, -1) for g in graphs]).numpy().astype(np.int16),
         edge_index=torch.cat([g.edge_index for g in graphs], 1).numpy().astype(np.int16),
@@ -46,10 +51,14 @@ def load_graphs(path: Path) -> list[Data]:
     x = np.split(arrays["x"].astype(np.int64), np.cumsum(atoms)[:-1])
     ei = np.split(arrays["edge_index"].astype(np.int64), np.cumsum(edges)[:-1], axis=1)
     ea = np.split(arrays["edge_attr"].astype(np.int64), np.cumsum(edges)[:-1])
-    return [Data(x=torch.from_numpy(a), edge_index=torch.from_numpy(e),
-                 edge_attr=torch.from_numpy(b), y=torch.from_numpy(y).reshape(1, -1),
-                 num_nodes=int(n))
-            for a, e, b, y, n in zip(x, ei, ea, arrays["y"], atoms, strict=True)]
+    graphs = [Data(x=torch.from_numpy(a), edge_index=torch.from_numpy(e),
+                   edge_attr=torch.from_numpy(b), y=torch.from_numpy(y).reshape(1, -1),
+                   num_nodes=int(n))
+              for a, e, b, y, n in zip(x, ei, ea, arrays["y"], atoms, strict=True)]
+    if "mol_x" in arrays:
+        for graph, row in zip(graphs, arrays["mol_x"], strict=True):
+            graph.mol_x = torch.from_numpy(row).reshape(1, -1)
+    return graphs
 
 
 def write_prepared(datamodule: GraphDataModule, folder: str | Path) -> Path:

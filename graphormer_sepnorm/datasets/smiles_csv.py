@@ -207,6 +207,10 @@ class SmilesCSVDataModule(GraphDataModule):
         smiles_column: SMILES column header. Default: ``'smiles'``.
         task: ``'regression'`` (set ``model.standardize_targets``) or ``'binary'`` (0/1 targets).
         featurizer: ``'ogb'`` (9 atom, 3 bond features) or ``'zinc'`` (ZINC's atom tokens).
+        mol_features: molecule features the head reads beside the graph token, computed by the
+            featurizer and recorded with it in the checkpoint
+            (:mod:`~graphormer_sepnorm.mol_features`): ``'rdkit2d'`` (174 standardized RDKit
+            2D descriptors), ``'morgan'`` (Morgan counts, radius 2, 2,048 bits). Default: none.
         max_atoms: larger molecules count as invalid SMILES; ``None`` for no limit.
         split: ``'scaffold'``, ``'random'`` or ``'column'``. Default: ``'scaffold'``.
         split_column: header of the split column for ``split='column'``. Default: ``'split'``.
@@ -220,7 +224,7 @@ class SmilesCSVDataModule(GraphDataModule):
 
     def __init__(self, path: str, target_columns: list[str] | str, smiles_column: str = "smiles",
                  task: Literal["regression", "binary"] = "regression", featurizer: str = "ogb",
-                 max_atoms: int | None = None,
+                 max_atoms: int | None = None, mol_features: list[str] | None = None,
                  split: Literal["random", "scaffold", "column"] = "scaffold",
                  split_column: str = "split",
                  split_sizes: tuple[float, float, float] = (0.8, 0.1, 0.1), split_seed: int = 0,
@@ -247,7 +251,8 @@ class SmilesCSVDataModule(GraphDataModule):
             smiles_column, task, split, split_column)
         self.split_sizes = tuple(float(s) for s in split_sizes)
         self.split_seed, self.on_invalid = split_seed, on_invalid
-        self.featurizer = build_featurizer(featurizer, max_atoms=max_atoms)
+        self.featurizer = build_featurizer(featurizer, max_atoms=max_atoms,
+                                           mol_features=mol_features or [])
 
     @property
     def dataset_info(self) -> dict[str, Any]:

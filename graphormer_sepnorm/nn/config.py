@@ -44,6 +44,12 @@ class GraphormerConfig:
             ``'ffn'`` (before the feed-forward block), ``'final'``. Default: all three.
         sync_batch_norm: under DDP, the graph token's BatchNorm uses the global batch's
             statistics (as ``SyncBatchNorm``). Default: true.
+        mol_feature_dim: length of the molecule features the head reads beside the graph
+            token (``batch.mol_x``; :mod:`~graphormer_sepnorm.mol_features`), usually filled in
+            from the featurizer. Default: 0 (none).
+        head_hidden_dim: 0 for Graphormer's linear head (default); else the width of a
+            one-hidden-layer MLP head (dropout, linear, ReLU, dropout, linear), which small
+            data with molecule features wants.
     """
 
     atom_feature_dims: tuple[int, ...] = ()
@@ -65,6 +71,8 @@ class GraphormerConfig:
     tok_norm: NormKind = "layer"
     sepnorm_sites: tuple[NormSite, ...] = NORM_SITES
     sync_batch_norm: bool = True
+    mol_feature_dim: int = 0
+    head_hidden_dim: int = 0
 
     def __post_init__(self) -> None:
         for name in ("atom_feature_dims", "edge_feature_dims", "sepnorm_sites"):
@@ -75,6 +83,8 @@ class GraphormerConfig:
         if self.hidden_dim % self.num_heads:
             raise ValueError(f"hidden_dim {self.hidden_dim} is not divisible by "
                              f"{self.num_heads} heads")
+        if self.mol_feature_dim < 0 or self.head_hidden_dim < 0:
+            raise ValueError("mol_feature_dim and head_hidden_dim must be at least 0")
         if self.edge_encoding not in ("multi_hop", "simple"):
             raise ValueError(f"unknown edge encoding {self.edge_encoding!r}")
 

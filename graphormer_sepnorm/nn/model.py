@@ -73,7 +73,8 @@ class Graphormer(nn.Module):
             for index in range(c.num_layers)
         )
         self.final_norm = self._norm("final")
-        self.head = nn.Linear(c.hidden_dim, c.num_tasks)
+        self.head = _head(c.hidden_dim + c.mol_feature_dim, c.head_hidden_dim, c.num_tasks,
+                          c.dropout)
         self.reset_parameters()
 
     def _norm(self, site: NormSite, first: bool = False) -> nn.Module:
@@ -141,6 +142,25 @@ class Graphormer(nn.Module):
         """Graph-token embeddings after the final norm, ``[B, D]``."""
         return self.encode(batch, graph_token_only=True)[0][:, 0]
 
+    def readout(self, embedding: Tensor, batch: GraphormerBatch) -> Tensor:
+        """The head on graph-token embeddings ``[B, D]`` (and ``batch.mol_x``): ``[B, T]``."""
+        if self.config.mol_feature_dim:
+            if batch.mol_x is None or batch.mol_x.shape[-1] != self.config.mol_feature_dim:
+                found = None if batch.mol_x is None else batch.mol_x.shape[-1]
+                raise ValueError(f"the head reads {self.config.mol_feature_dim} molecule "
+                                 f"features, the batch has {found}: featurize with the "
+                                 "model's featurizer config")
+            embedding = torch.cat([embedding, batch.mol_x.to(embedding.dtype)], dim=-1)
+        return self.head(embedding)
+
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions (logits for classification), ``[B, num_tasks]``."""
-        return self.head(self.embed(batch))
+        return self.readout(self.embed(batch), batch)
+
+
+def _head(width: int, hidden: int, outputs: int, dropout: float) -> nn.Module:
+    """Graphormer's linear head (``hidden == 0``) or a one-hidden-layer MLP."""
+    if not hidden:
+        return nn.Linear(width, outputs)
+    return nn.Sequential(nn.Dropout(dropout), nn.Linear(width, hidden), nn.ReLU(),
+                         nn.Dropout(dropout), nn.Linear(hidden, outputs))

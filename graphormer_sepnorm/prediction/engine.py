@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import torch
 
-from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.data import GraphormerBatch, GraphormerCollator
 from graphormer_sepnorm.featurizers import featurizer_from_config
 from graphormer_sepnorm.prediction.prepare import (
     PreparedChunk,
@@ -107,9 +107,9 @@ class Predictor:
         """Width ``D`` of the graph-token embeddings."""
         return self.module.config.hidden_dim
 
-    def _outputs(self, emb: torch.Tensor) -> torch.Tensor:
+    def _outputs(self, emb: torch.Tensor, batch: GraphormerBatch) -> torch.Tensor:
         """Same as ``GraphormerModule.forward`` from the graph-token embeddings."""
-        return self.module.to_predictions(self.module.model.head(emb))
+        return self.module.to_predictions(self.module.model.readout(emb, batch))
 
     @torch.inference_mode()
     def run(self, chunk: PreparedChunk, return_embeddings: bool = False) -> ChunkResult:
@@ -118,8 +118,9 @@ class Predictor:
         preds = np.full((n, len(self.columns)), np.nan)
         embs = np.full((n, self.embedding_dim), np.nan, dtype=np.float32)
         for members, batch in chunk:
-            emb = self.module.model.embed(batch.to(self.device))
-            preds[members] = self._outputs(emb).double().cpu().numpy()
+            batch = batch.to(self.device)
+            emb = self.module.model.embed(batch)
+            preds[members] = self._outputs(emb, batch).double().cpu().numpy()
             if return_embeddings:
                 embs[members] = emb.float().cpu().numpy()
         return ChunkResult(preds, list(chunk.errors), embs if return_embeddings else None)

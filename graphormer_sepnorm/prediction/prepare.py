@@ -31,6 +31,7 @@ class _Graph(NamedTuple):
     edge_index: Tensor
     edge_attr: Tensor
     spd: Tensor
+    mol_x: Tensor | None
 
 
 @dataclass
@@ -101,7 +102,8 @@ def prepare_chunk(smiles: Sequence[Any], featurizer: Featurizer, collator: Graph
     spds = iter(batched_shortest_paths([a.edge_index for a in good], [len(a.x) for a in good]))
     t = torch.from_numpy
     graphs = [None if a is None else
-              _Graph(t(a.x), t(a.edge_index), t(a.edge_attr), t(next(spds).reshape(-1)))
+              _Graph(t(a.x), t(a.edge_index), t(a.edge_attr), t(next(spds).reshape(-1)),
+                     None if a.mol_x is None else t(a.mol_x))
               for a in arrays]
     return collate_sorted(graphs, [e or "" for e in errors], collator, batch_size)
 

@@ -2,8 +2,9 @@
 
 Fine-tuning a pretrained model: the weights of every parameter and buffer whose name and shape
 match are copied; the rest keep their fresh initialization. What may differ between the two
-models: ``num_tasks`` (a head of another shape starts afresh), the feature dims (encoders of
-other vocabularies start afresh), the dropouts and ``sync_batch_norm``. Any other difference in
+models: ``num_tasks``, ``mol_feature_dim`` and ``head_hidden_dim`` (a head of another shape
+starts afresh), the feature dims (encoders of other vocabularies start afresh), the dropouts and
+``sync_batch_norm``. Any other difference in
 the config (layers, width, heads, norms, ...) is an error, since then the weights would not mean
 what they meant.
 
@@ -28,7 +29,8 @@ from graphormer_sepnorm.training import checkpoint_format
 
 #: Config fields that may differ between a checkpoint and the model it initializes.
 FREE_FIELDS = frozenset({"num_tasks", "atom_feature_dims", "edge_feature_dims", "dropout",
-                         "attention_dropout", "activation_dropout", "sync_batch_norm"})
+                         "attention_dropout", "activation_dropout", "sync_batch_norm",
+                         "mol_feature_dim", "head_hidden_dim"})
 
 
 def architecture_differences(source: GraphormerConfig, target: GraphormerConfig) -> list[str]:

@@ -48,7 +48,8 @@ def model_config(config: GraphormerConfig | Mapping[str, Any] | None,
         config = GraphormerConfig.from_dict(config)
     return config.replace(atom_feature_dims=tuple(info["atom_feature_dims"]),
                           edge_feature_dims=tuple(info["edge_feature_dims"]),
-                          num_tasks=len(info["target_names"]))
+                          num_tasks=len(info["target_names"]),
+                          mol_feature_dim=int(info.get("mol_feature_dim", 0)))
 
 
 class _PackedWhenSeeded(LightningModule):
@@ -101,6 +102,8 @@ class GraphormerModule(_PackedWhenSeeded):
             checkpoint, or one loaded with :meth:`load_from_checkpoint`, takes precedence.
             ``None`` or ``'none'``: from scratch (default).
         lr: peak learning rate. Default: 2e-4.
+        head_lr: peak learning rate of the head alone (a fresh head on a pretrained encoder
+            may want more); the schedule scales both alike. ``None``: ``lr`` (default).
         end_lr: learning rate at ``total_steps``. Default: 1e-9.
         weight_decay: AdamW's. Default: 0.01.
         warmup_steps: warmup steps, or a fraction of ``total_steps`` if a float below 1.
@@ -127,6 +130,7 @@ class GraphormerModule(_PackedWhenSeeded):
         backend: Backend = "auto",
         init_from: str | None = None,
         lr: float = 2e-4,
+        head_lr: float | None = None,
         end_lr: float = 1e-9,
         weight_decay: float = 0.01,
         warmup_steps: int | float = 40000,
@@ -280,7 +284,7 @@ class GraphormerModule(_PackedWhenSeeded):
         fused = all(p.device.type in ("cpu", "cuda") for p in self.parameters()) or None
         if self.trainer.precision == "16-mixed":
             fused = None  # its gradient scaler must unscale before clipping, outside the step
-        optimizer = torch.optim.AdamW(self.parameters(), lr=hp["lr"],
+        optimizer = torch.optim.AdamW(self._parameter_groups(), lr=hp["lr"],
                                       weight_decay=hp["weight_decay"], fused=fused)
         total = hp["total_steps"]
         if total is None:
@@ -298,6 +302,17 @@ class GraphormerModule(_PackedWhenSeeded):
         scheduler = LambdaLR(optimizer, factor)
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _parameter_groups(self) -> list[dict[str, Any]]:
+        """One group, or the encoder's and the head's when ``head_lr`` differs from ``lr``."""
+        head_lr = self.hparams.get("head_lr")
+        if head_lr is None or head_lr == self.hparams["lr"]:
+            return [{"params": list(self.parameters())}]
+        if not isinstance(self.model, Graphormer):
+            raise ValueError("head_lr is for a single model, not packed replicas")
+        head = {id(p) for p in self.model.head.parameters()}
+        return [{"params": [p for p in self.parameters() if id(p) not in head]},
+                {"params": list(self.model.head.parameters()), "lr": head_lr}]
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,

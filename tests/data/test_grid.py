@@ -148,3 +148,13 @@ def test_device_batches_collated_mode_gives_the_loaders_batches() -> None:
         assert not got.is_grid and torch.equal(got.pair_slot, expected.pair_slot)
     with pytest.raises(ValueError, match="stack=True"):
         DeviceBatches(GridGraphs(graphs), [sampler, sampler])
+
+
+def test_grid_batch_carries_molecule_features() -> None:
+    graphs = mixed_graphs()[:4]
+    for k, graph in enumerate(graphs):
+        graph.mol_x = torch.full((1, 3), float(k))
+    store = GridGraphs(graphs, multi_hop_max_dist=5)
+    batch = store.batch(torch.tensor([2, 0]), length=32)
+    torch.testing.assert_close(batch.mol_x, torch.tensor([[2.0] * 3, [0.0] * 3]))
+    assert GridGraphs(mixed_graphs()[:2], multi_hop_max_dist=5).mol_x is None

@@ -42,3 +42,16 @@ def test_fit_from_prepared_splits_without_rdkit(prepared, tmp_path, monkeypatch)
                 "--trainer.fast_dev_run", "true"])
     assert cli.trainer.state.finished
     assert cli.model.hparams["dataset_info"]["featurizer"]["name"] == "zinc"
+
+
+def test_molecule_features_are_saved_and_read_back(tmp_path):
+    from graphormer_sepnorm.datasets.prepared import load_graphs, save_graphs
+    from graphormer_sepnorm.featurizers import OgbFeaturizer
+
+    featurizer = OgbFeaturizer(mol_features=["rdkit2d"])
+    graphs = [featurizer(s) for s in ("CCO", "c1ccccc1N")]
+    for k, graph in enumerate(graphs):
+        graph.y = torch.tensor([[float(k)]])
+    save_graphs(tmp_path / "g.npz", graphs)
+    for a, b in zip(graphs, load_graphs(tmp_path / "g.npz"), strict=True):
+        assert torch.equal(a.mol_x, b.mol_x)

@@ -7,6 +7,7 @@ import gzip
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tiny_data import SMILES
@@ -282,3 +283,35 @@ def test_cli_fit_in_bfloat16_with_gradient_clipping(tmp_path, monkeypatch, preci
     assert all(int(m.num_batches_tracked) > 0 for m in norms)
     if precision == "bf16-true":
         assert cli.model.model.head.weight.dtype == torch.bfloat16
+
+
+def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_path, monkeypatch):
+    # the features travel in the checkpoint's featurizer config: prediction needs no setting
+    from graphormer_sepnorm.cli import main
+    from graphormer_sepnorm.data import GraphormerCollator
+    from graphormer_sepnorm.prediction import Predictor, load_checkpoint
+
+    monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
+    path = indexed_csv(tmp_path / "train.csv")
+    cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
+                "--data.target_columns", "[y]", "--data.root", str(tmp_path),
+                "--data.mol_features", "[rdkit2d,morgan]", "--data.batch_size", "8",
+                "--model.config.head_hidden_dim", "16", "--model.head_lr", "1e-3",
+                "--trainer.max_steps", "2", "--trainer.max_epochs", "1", "--test_best", "false",
+                "--trainer.default_root_dir", str(tmp_path),
+                "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+    assert cli.model.config.mol_feature_dim == 2222
+    assert cli.model.hparams["init_from"] == "pretrained"  # the encoder still starts from it
+    groups = cli.trainer.optimizers[0].param_groups
+    assert [g["initial_lr"] for g in groups] == [2e-4, 1e-3]
+    head = cli.model.model.head
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in head.parameters()}
+    module = load_checkpoint(cli.trainer.checkpoint_callback.last_model_path)
+    assert module.dataset_info["featurizer"]["mol_features"] == ["rdkit2d", "morgan"]
+    test = cli.datamodule.splits["test"]
+    smiles = [SMILES[int(g.y[0, 0])] for g in test]
+    with Predictor(module) as predictor:
+        predicted = predictor.predict(smiles).predictions
+    with torch.no_grad():
+        expected = module(GraphormerCollator(5)(test)).numpy()
+    np.testing.assert_allclose(predicted, expected, rtol=1e-4, atol=1e-5)

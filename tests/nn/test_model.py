@@ -187,3 +187,24 @@ def test_no_graph_token_batch_norm_sees_copies_of_one_vector(backend):
         # one update from 1 with momentum 0.1: 0.9 + 0.1 * the batch's (unbiased) variance
         batch_variance = (norm.running_var - 0.9) / 0.1
         assert batch_variance.min() > 1e-8, name
+
+
+@pytest.mark.parametrize("hidden", [0, 12])
+def test_head_reads_molecule_features_beside_the_graph_token(hidden):
+    torch.manual_seed(0)
+    model = small_model(mol_feature_dim=3, head_hidden_dim=hidden, dropout=0.0).eval()
+    graphs = [random_graph(n, s, p=0.3) for s, n in enumerate([5, 9])]
+    features = torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])
+    for graph, row in zip(graphs, features, strict=True):
+        graph.mol_x = row.reshape(1, -1)
+    batch = collate(graphs)
+    with torch.no_grad():
+        embedding = model.embed(batch)
+        expected = model.head(torch.cat([embedding, features], dim=1))
+        torch.testing.assert_close(model(batch), expected)
+        batch.mol_x = batch.mol_x.flip(0)  # other features, same graphs: other outputs
+        assert not torch.allclose(model(batch), expected)
+    assert isinstance(model.head, torch.nn.Linear) == (hidden == 0)
+    batch.mol_x = None
+    with pytest.raises(ValueError, match="reads 3 molecule features, the batch has None"):
+        model(batch)

@@ -112,3 +112,16 @@ def test_a_checkpoint_restore_overrides_init_from(tmp_path):
     assert loaded.hparams["init_from"] == str(path)
     again = fit(loaded, tmp_path / "again", steps=1)
     assert all(torch.equal(again.state[k], saved[k]) for k in saved)
+
+
+def test_a_head_reading_molecule_features_starts_fresh_on_a_pretrained_encoder(tmp_path):
+    path = save(module(), tmp_path / "pretrained.ckpt")
+    info = dict(INFO, mol_feature_dim=6)
+    target = module(info, TINY.replace(head_hidden_dim=8))
+    assert target.config.mol_feature_dim == 6
+    report = init_model_from(target.model, path)
+    assert sorted(report.absent) == ["head.1.bias", "head.1.weight", "head.4.bias",
+                                     "head.4.weight"]
+    assert {line.split(":")[0] for line in report.reshaped} == set()
+    assert all(not name.startswith("head.") for name in report.loaded)
+    assert len(report.loaded) == len(model_state(module())) - 2  # all but the linear head

@@ -1,0 +1,155 @@
+"""Molecule-level features for the readout: RDKit 2D descriptors and Morgan counts.
+
+chemprop's "extra molecule features", here beside the graph token: the head reads
+``[graph-token embedding, features]`` (:class:`~graphormer_sepnorm.nn.model.Graphormer`, config
+``mol_feature_dim``). They are computed from the parsed molecule by the featurizer
+(``--data.mol_features '[rdkit2d, morgan]'``), whose config travels in the checkpoint, so
+prediction computes the same features with no setting of its own.
+
+- ``rdkit2d``: the 174 RDKit 2D descriptors the bundled ``pretrained`` model learned to predict,
+  each transformed, clipped and standardized exactly as for that pretraining (fitted on ZINC's
+  training molecules: ``rdkit2d_descriptors.json`` beside this file, written by
+  ``benchmarks/pretrain_data.py``). Fixed statistics, not the user's: a model's features mean
+  the same on any data, and values outside ZINC's range are clipped to it. A descriptor RDKit
+  cannot compute is 0 (the ZINC mean).
+- ``morgan``: counts of Morgan (ECFP4-like) substructures, radius 2, folded to 2,048 bits, as
+  ``log1p(count)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from rdkit import Chem
+from rdkit.Chem import Descriptors, rdFingerprintGenerator
+
+__all__ = ["MOL_FEATURES", "MolFeatures", "MorganCounts", "RDKit2D", "apply_transform",
+           "build_mol_features", "descriptor_spec", "transform_descriptors"]
+
+SPEC_PATH = Path(__file__).with_name("rdkit2d_descriptors.json")
+
+
+@cache
+def descriptor_spec() -> tuple[dict[str, Any], ...]:
+    """The recorded descriptors: ``name``, ``transform``, ``clip`` bounds, ``mean``, ``std``."""
+    return tuple(json.loads(SPEC_PATH.read_text())["descriptors"])
+
+
+def apply_transform(x: np.ndarray, kind: str) -> np.ndarray:
+    """``identity``, ``log1p`` (of ``max(x, 0)``) or ``signed_log1p`` (``sign(x) log1p(|x|)``)."""
+    if kind == "identity":
+        return x
+    if kind == "log1p":
+        return np.log1p(np.maximum(x, 0.0))
+    if kind == "signed_log1p":
+        return np.sign(x) * np.log1p(np.abs(x))
+    raise ValueError(f"unknown transform {kind!r}")
+
+
+def transform_descriptors(raw: np.ndarray, spec: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Raw descriptor values ``[..., len(spec)]`` to standardized ones (NaN stays NaN).
+
+    Per descriptor: its :func:`apply_transform`, then clipped to ``clip``, then
+    ``(x - mean) / std``.
+    """
+    raw = np.asarray(raw, dtype=np.float64)
+    out = np.empty(raw.shape, dtype=np.float64)
+    for k, item in enumerate(spec):
+        lo, hi = item["clip"]
+        x = apply_transform(raw[..., k], item["transform"])
+        out[..., k] = (np.clip(x, lo, hi) - item["mean"]) / item["std"]
+    return out
+
+
+class MolFeatures(ABC):
+    """A fixed-length float vector per molecule.
+
+    Attributes:
+        name: Registry name (:data:`MOL_FEATURES`).
+        dim: Length of the vector.
+    """
+
+    name: ClassVar[str]
+    dim: int
+
+    @abstractmethod
+    def __call__(self, mol: Chem.Mol) -> np.ndarray:
+        """``[dim]`` float32 features of a parsed molecule (left unmodified)."""
+
+
+class RDKit2D(MolFeatures):
+    """The pretraining's 174 standardized RDKit 2D descriptors (see the module docstring).
+
+    Examples:
+        >>> values = RDKit2D()(Chem.MolFromSmiles("CCO"))
+        >>> values.shape, values.dtype.name, bool(np.isfinite(values).all())
+        ((174,), 'float32', True)
+    """
+
+    name = "rdkit2d"
+
+    def __init__(self) -> None:
+        self.spec = descriptor_spec()
+        functions = dict(Descriptors.descList)
+        self.functions = [functions[item["name"]] for item in self.spec]
+        self.dim = len(self.spec)
+
+    def __call__(self, mol: Chem.Mol) -> np.ndarray:
+        """``[174]`` float32 standardized descriptors."""
+        raw = np.array([_safe(function, mol) for function in self.functions])
+        return np.nan_to_num(transform_descriptors(raw, self.spec), nan=0.0).astype(np.float32)
+
+
+def _safe(function: Any, mol: Chem.Mol) -> float:
+    """One descriptor's value, NaN where RDKit raises or gives a non-finite number."""
+    try:
+        value = float(function(mol))
+    except Exception:  # RDKit raises assorted types on odd molecules; the value is then unknown
+        return math.nan
+    return value if math.isfinite(value) else math.nan
+
+
+class MorganCounts(MolFeatures):
+    """``log1p`` counts of Morgan substructures, radius 2, folded to ``size`` bits.
+
+    Examples:
+        >>> values = MorganCounts()(Chem.MolFromSmiles("CCO"))
+        >>> values.shape, float(values.max()) > 0
+        ((2048,), True)
+    """
+
+    name = "morgan"
+
+    def __init__(self, radius: int = 2, size: int = 2048) -> None:
+        self.generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=size)
+        self.dim = size
+
+    def __call__(self, mol: Chem.Mol) -> np.ndarray:
+        """``[size]`` float32 ``log1p`` counts."""
+        counts = self.generator.GetCountFingerprintAsNumPy(mol)
+        return np.log1p(counts.astype(np.float32))
+
+
+MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "morgan": MorganCounts}
+
+
+def build_mol_features(names: Sequence[str]) -> list[MolFeatures]:
+    """The feature generators ``names`` (each of :data:`MOL_FEATURES`, at most once), in order.
+
+    Raises:
+        ValueError: An unknown or repeated name.
+    """
+    unknown = [n for n in names if n not in MOL_FEATURES]
+    if unknown:
+        raise ValueError(f"unknown molecule features {unknown}; choose from "
+                         f"{sorted(MOL_FEATURES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"molecule features repeated: {list(names)}")
+    return [MOL_FEATURES[n]() for n in names]

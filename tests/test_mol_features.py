@@ -1,0 +1,96 @@
+"""Molecule features: the descriptor transforms, Morgan counts, and the featurizer carrying them."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from rdkit import Chem
+from rdkit.Chem import Descriptors
+
+from graphormer_sepnorm import mol_features as mf
+from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.featurizers import OgbFeaturizer, build_featurizer, featurizer_from_config
+
+
+def test_transform_descriptors_by_hand():
+    spec = [{"name": "a", "transform": "identity", "clip": [-1.0, 5.0], "mean": 1.0, "std": 2.0},
+            {"name": "b", "transform": "log1p", "clip": [0.0, 10.0], "mean": 0.0, "std": 1.0},
+            {"name": "c", "transform": "signed_log1p", "clip": [-9.0, 9.0], "mean": 0.0,
+             "std": 0.5}]
+    raw = np.array([[3.0, math.e - 1, -(math.e ** 2 - 1)],
+                    [9.0, -4.0, math.nan]])  # 9 clipped to 5; log1p of a negative count is 0
+    out = mf.transform_descriptors(raw, spec)
+    np.testing.assert_allclose(out[0], [1.0, 1.0, -4.0], atol=1e-12)
+    np.testing.assert_allclose(out[1, :2], [2.0, 0.0], atol=1e-12)
+    assert math.isnan(out[1, 2])
+    with pytest.raises(ValueError, match="unknown transform .cube."):
+        mf.transform_descriptors(raw[:, :1], [dict(spec[0], transform="cube")])
+
+
+def test_rdkit2d_applies_the_recorded_spec():
+    spec = mf.descriptor_spec()
+    assert len(spec) == 174 and spec[0]["name"] == "MaxAbsEStateIndex"
+    mol = Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1")
+    values = mf.RDKit2D()(mol)
+    k = [item["name"] for item in spec].index("MolWt")
+    item = spec[k]
+    raw = Descriptors.MolWt(mol)  # 151.165
+    x = np.log1p(raw) if item["transform"] == "log1p" else raw
+    expected = (np.clip(x, *item["clip"]) - item["mean"]) / item["std"]
+    assert values[k] == pytest.approx(expected, rel=1e-6)
+    assert values.dtype == np.float32 and np.isfinite(values).all()
+
+
+def test_rdkit2d_failing_descriptor_is_the_mean(monkeypatch):
+    features = mf.RDKit2D()
+
+    def broken(mol):
+        raise RuntimeError("no value")
+
+    features.functions[0] = broken
+    assert features(Chem.MolFromSmiles("CCO"))[0] == 0.0
+
+
+def test_morgan_counts_of_ethane():
+    # two identical CH3 atoms (count 2); at radius 1 both cover the same bond, which RDKit
+    # counts once (a redundant environment)
+    values = mf.MorganCounts()(Chem.MolFromSmiles("CC"))
+    assert values.shape == (2048,)
+    np.testing.assert_allclose(np.sort(values[values > 0]), [math.log(2), math.log(3)],
+                               rtol=1e-6)
+
+
+def test_build_mol_features_checks_names():
+    assert [f.dim for f in mf.build_mol_features(["morgan", "rdkit2d"])] == [2048, 174]
+    with pytest.raises(ValueError, match="unknown molecule features"):
+        mf.build_mol_features(["maccs"])
+    with pytest.raises(ValueError, match="repeated"):
+        mf.build_mol_features(["morgan", "morgan"])
+
+
+def test_featurizer_carries_the_features_and_its_config_rebuilds_them():
+    featurizer = OgbFeaturizer(mol_features=["rdkit2d", "morgan"])
+    assert featurizer.mol_feature_dim == 2222
+    data = featurizer("c1ccccc1O")
+    mol = Chem.MolFromSmiles("c1ccccc1O")
+    expected = np.concatenate([mf.RDKit2D()(mol), mf.MorganCounts()(mol)])
+    np.testing.assert_array_equal(data.mol_x.numpy(), expected[None])
+    again = featurizer_from_config(featurizer.to_config())
+    assert again.mol_features == ["rdkit2d", "morgan"]
+    np.testing.assert_array_equal(again.arrays("c1ccccc1O").mol_x, expected)
+    # without molecule features the config is that of older checkpoints
+    assert "mol_features" not in OgbFeaturizer().to_config()
+    assert getattr(OgbFeaturizer()("CCO"), "mol_x", None) is None
+    zinc = build_featurizer("zinc", mol_features=["morgan"])
+    assert zinc("CCO").mol_x.shape == (1, 2048)
+
+
+def test_collator_stacks_features_and_refuses_a_mixed_batch():
+    with_features = OgbFeaturizer(mol_features=["morgan"])
+    graphs = [with_features(s) for s in ("CCO", "CC")]
+    batch = GraphormerCollator(5)(graphs)
+    assert batch.mol_x.shape == (2, 2048) and batch.mol_x.dtype == torch.float32
+    torch.testing.assert_close(batch.mol_x[1], graphs[1].mol_x[0])
+    with pytest.raises(ValueError, match="some graphs of the batch have molecule features"):
+        GraphormerCollator(5)([graphs[0], OgbFeaturizer()("CC")])
