@@ -31,8 +31,10 @@ def reestimate_graph_token_statistics(model: Graphormer, batches: Iterable[Graph
 
     As ``torch.optim.swa_utils.update_bn`` does: the statistics are reset, the norms normalize
     with batch statistics and average them cumulatively (momentum ``None``) while the rest of
-    the model runs in eval mode (no dropout), on the reference path (whose norms are the
-    modules). Under DDP each batch's statistics are the global batch's, as in training.
+    the model runs in eval mode (no dropout), on the model's own backend (the CPU backend
+    normalizes through the norm modules themselves when their momentum is ``None``; it halves
+    the pass's time against the reference, measured on a small set). Under DDP each batch's
+    statistics are the global batch's, as in training.
 
     Args:
         model: the model; batches are moved to its device.
@@ -45,9 +47,8 @@ def reestimate_graph_token_statistics(model: Graphormer, batches: Iterable[Graph
     norms = [m for m in model.modules() if isinstance(m, GraphTokenBatchNorm)]
     if not norms:
         return 0
-    fast_encode, training = model.fast_encode, model.training
+    training = model.training
     momenta = [norm.momentum for norm in norms]
-    model.fast_encode = None
     model.eval()
     for norm in norms:
         norm.reset_running_stats()
@@ -63,7 +64,6 @@ def reestimate_graph_token_statistics(model: Graphormer, batches: Iterable[Graph
     finally:
         for norm, momentum in zip(norms, momenta, strict=True):
             norm.momentum = momentum
-        model.fast_encode = fast_encode
         model.train(training)
     return count
 

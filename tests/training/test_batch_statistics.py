@@ -3,6 +3,7 @@
 import copy
 from pathlib import Path
 
+import pytest
 import torch
 from data.test_grid import mixed_graphs
 from nn.test_backends import model_pair
@@ -16,18 +17,20 @@ def statistics(model):
     return {n: b.clone() for n, b in model.named_buffers() if "cls_norm.running" in n}
 
 
-def test_one_batch_gives_its_own_statistics_without_dropout():
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_one_batch_gives_its_own_statistics_without_dropout(backend):
     graphs = mixed_graphs()
     batch = GraphormerCollator(5)(graphs)
-    model, _ = model_pair(torch.float64, multi_hop_max_dist=5, dropout=0.3,
-                          attention_dropout=0.3, activation_dropout=0.3)
+    reference, cpu = model_pair(torch.float64, multi_hop_max_dist=5, dropout=0.3,
+                                attention_dropout=0.3, activation_dropout=0.3)
+    model = cpu if backend == "cpu" else reference
     weights = copy.deepcopy(model.state_dict())
     model.train()
     fast_encode = model.fast_encode
     assert reestimate_graph_token_statistics(model, [batch]) == len(graphs)
-    # the oracle: the same batch with each norm in train mode at momentum 1 (its statistics
-    # replace the running ones) and the rest in eval mode (no dropout)
-    oracle = copy.deepcopy(model)
+    # the oracle: the same batch through the reference, each norm in train mode at momentum 1
+    # (its statistics replace the running ones) and the rest in eval mode (no dropout)
+    oracle = copy.deepcopy(reference)
     oracle.load_state_dict(weights)
     oracle.eval()
     for norm in oracle.modules():
