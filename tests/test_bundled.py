@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from graphormer_sepnorm.nn import GraphormerConfig
 from graphormer_sepnorm.predict import predict_smiles
 from graphormer_sepnorm.prediction import load_checkpoint
 from graphormer_sepnorm.prediction.checkpoints import (
@@ -38,8 +39,11 @@ def test_bundled_model_loads_weights_only_and_predicts_examples(name):
     assert card["name"] == name and metric in card and card["steps"] > 0
     assert ("ShareNorm" if name.endswith("sharenorm") else "SepNorm") == card["norm"]
     module = load_checkpoint(name)
-    # shipped in the current format: the config as plain values, the scaler as the task's
-    assert payload["hyper_parameters"]["config"] == module.config.to_dict()
+    # shipped in the current format: the config as plain values (fields added since then take
+    # their defaults), the scaler as the task's
+    stored = payload["hyper_parameters"]["config"]
+    assert stored == {k: v for k, v in module.config.to_dict().items() if k in stored}
+    assert GraphormerConfig.from_dict(stored) == module.config
     assert all(k.startswith(("model.", "task.")) for k in payload["state_dict"])
     assert module.hparams["dataset_info"]["featurizer"]["name"] == featurizer
     assert module.config.sepnorm == (not name.endswith("sharenorm"))

@@ -242,7 +242,7 @@ def test_cli_fit_starts_from_the_bundled_pretrained_model(tmp_path, monkeypatch,
     cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
                 "--data.target_columns", "[y]", "--data.root", str(tmp_path),
                 "--data.batch_size", "8", "--trainer.max_steps", "1", "--trainer.max_epochs", "1",
-                "--model.lr", "1e-12", "--test_best", "false",
+                "--model.lr", "1e-12", "--model.head_lr", "1e-12", "--test_best", "false",
                 "--trainer.default_root_dir", str(tmp_path),
                 "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
     assert cli.model.hparams["init_from"] == "pretrained"
@@ -254,9 +254,10 @@ def test_cli_fit_starts_from_the_bundled_pretrained_model(tmp_path, monkeypatch,
     assert len(weights) > 200
     for key in weights:  # lr ~0: the weights are still the shipped ones (BatchNorm stats move)
         if key.startswith("model.head."):
-            assert trained[key].shape != shipped[key].shape  # 1 target, not 174 descriptors
+            assert key not in trained  # an MLP head on [embedding, molecule features]
         else:
             torch.testing.assert_close(trained[key], shipped[key], atol=1e-9, rtol=0, msg=key)
+    assert cli.model.config.mol_feature_dim == 2222 and cli.model.config.head_hidden_dim == 256
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "bf16-true"])
@@ -282,7 +283,7 @@ def test_cli_fit_in_bfloat16_with_gradient_clipping(tmp_path, monkeypatch, preci
     assert norms and all(m.running_var.dtype == torch.float32 for m in norms)
     assert all(int(m.num_batches_tracked) > 0 for m in norms)
     if precision == "bf16-true":
-        assert cli.model.model.head.weight.dtype == torch.bfloat16
+        assert all(p.dtype == torch.bfloat16 for p in cli.model.model.head.parameters())
 
 
 def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_path, monkeypatch):
