@@ -28,7 +28,7 @@ BUNDLED_CHECKPOINTS: dict[str, str] = {
     "molhiv_sharenorm": "molhiv_sharenorm.ckpt",
     "zinc_sharenorm": "zinc_sharenorm.ckpt",
     # the start of configs/smiles_csv.yaml: SepNorm pretrained on 174 RDKit descriptors of
-    # 117,600 ZINC molecules (configs/pretrain_zinc.yaml); it predicts those descriptors,
+    # 239,565 ZINC molecules (configs/pretrain_zinc.yaml); it predicts those descriptors,
     # standardized
     "pretrained": "pretrained.ckpt",
 }
