@@ -4,9 +4,8 @@ Fine-tuning a pretrained model: the weights of every parameter and buffer whose 
 match are copied; the rest keep their fresh initialization. What may differ between the two
 models: ``num_tasks``, ``mol_feature_dim`` and ``head_hidden_dim`` (a head of another shape
 starts afresh), the feature dims (encoders of other vocabularies start afresh), the dropouts and
-``sync_batch_norm``. Any other difference in
-the config (layers, width, heads, norms, ...) is an error, since then the weights would not mean
-what they meant.
+``sync_batch_norm``. Any other difference in the config (layers, width, heads, norms, ...) is an
+error, since then the weights would not mean what they meant.
 
 Examples:
     >>> from graphormer_sepnorm.nn.config import GraphormerConfig
