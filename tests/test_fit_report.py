@@ -80,6 +80,7 @@ def test_testing_an_earlier_best_leaves_fit_state_alone(tmp_path, capsys):
     csv = own_csv(tmp_path / "my.csv", 40)
     # learning nothing and no BatchNorm statistics: later epochs tie, the first stays best
     fit = main(fit_args(tmp_path, csv, "--trainer.max_epochs", "2", "--model.lr", "1e-30",
+                        "--model.head_lr", "null", "--model.end_lr", "0",
                         "--model.config.sepnorm", "false", "--model.config.dropout", "0"))
     out = capsys.readouterr().out
     callback = fit.trainer.checkpoint_callback

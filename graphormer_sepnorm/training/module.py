@@ -295,6 +295,8 @@ class GraphormerModule(_PackedWhenSeeded):
         total = int(total)
         warmup = resolve_warmup(hp["warmup_steps"], total)
         peak, end, power = hp["lr"], hp["end_lr"], hp["power"]
+        if end > peak:  # the factor below would grow every group's rate, head_lr's by 1e21
+            raise ValueError(f"end_lr ({end:g}) must not exceed lr ({peak:g})")
 
         def factor(step: int) -> float:
             return warmup_polynomial_decay(step, warmup, total, peak, end, power) / peak

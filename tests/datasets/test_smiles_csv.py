@@ -242,7 +242,8 @@ def test_cli_fit_starts_from_the_bundled_pretrained_model(tmp_path, monkeypatch,
     cli = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
                 "--data.target_columns", "[y]", "--data.root", str(tmp_path),
                 "--data.batch_size", "8", "--trainer.max_steps", "1", "--trainer.max_epochs", "1",
-                "--model.lr", "1e-12", "--model.head_lr", "1e-12", "--test_best", "false",
+                "--model.lr", "1e-12", "--model.head_lr", "1e-12", "--model.end_lr", "0",
+                "--test_best", "false",
                 "--trainer.default_root_dir", str(tmp_path),
                 "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
     assert cli.model.hparams["init_from"] == "pretrained"

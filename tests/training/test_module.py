@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -93,3 +95,23 @@ def test_single_graph_targets_shape():
              edge_attr=torch.zeros(0, 2, dtype=torch.long), num_nodes=1, y=torch.tensor([1.0]))
     batch = GraphormerCollator()(add_shortest_paths([g]))
     assert batch.y.shape == (1, 1)
+
+
+def test_head_lr_is_a_second_group_and_both_follow_one_schedule():
+    module = tiny(lr=1e-4, head_lr=1e-3, end_lr=0.0, warmup_steps=2, total_steps=10)
+    module.trainer = SimpleNamespace(precision="32-true")
+    setup = module.configure_optimizers()
+    encoder, head = setup["optimizer"].param_groups
+    assert {id(p) for p in head["params"]} == {id(p) for p in module.model.head.parameters()}
+    scheduler = setup["lr_scheduler"]["scheduler"]
+    for _ in range(6):
+        scheduler.step()
+    assert head["lr"] / encoder["lr"] == pytest.approx(10.0)
+    assert encoder["lr"] == pytest.approx(1e-4 * 4 / 8)  # step 6 of a decay from 2 to 10
+
+
+def test_an_end_lr_above_lr_is_refused():
+    module = tiny(lr=1e-30, head_lr=1e-3, total_steps=10)
+    module.trainer = SimpleNamespace(precision="32-true")
+    with pytest.raises(ValueError, match="end_lr"):
+        module.configure_optimizers()
