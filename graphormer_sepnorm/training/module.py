@@ -104,7 +104,8 @@ class GraphormerModule(_PackedWhenSeeded):
         lr: peak learning rate. Default: 2e-4.
         head_lr: peak learning rate of the head alone (a fresh head on a pretrained encoder
             may want more); the schedule scales both alike. ``None``: ``lr`` (default).
-        end_lr: learning rate at ``total_steps``. Default: 1e-9.
+        end_lr: learning rate at ``total_steps``, at most ``lr`` (``head_lr`` ends at the same
+            fraction of its peak). Default: 1e-9.
         weight_decay: AdamW's. Default: 0.01.
         warmup_steps: warmup steps, or a fraction of ``total_steps`` if a float below 1.
             Default: 40000.
