@@ -109,7 +109,8 @@ class Predictor:
 
     def _outputs(self, emb: torch.Tensor, batch: GraphormerBatch) -> torch.Tensor:
         """Same as ``GraphormerModule.forward`` from the graph-token embeddings."""
-        return self.module.to_predictions(self.module.model.readout(emb, batch))
+        preds = self.module.to_predictions(self.module.model.readout(emb, batch))
+        return self.module.blend_gp(preds, batch)
 
     @torch.inference_mode()
     def run(self, chunk: PreparedChunk, return_embeddings: bool = False) -> ChunkResult:

@@ -18,6 +18,7 @@ from graphormer_sepnorm.nn.backends import Backend, set_backend
 from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training import checkpoint_format
+from graphormer_sepnorm.training.gp_blend import blend, make_fingerprint_gp, prepare_gp
 from graphormer_sepnorm.training.init_from import init_model_from
 from graphormer_sepnorm.training.metrics import ExtraMetrics
 from graphormer_sepnorm.training.schedule import resolve_warmup, warmup_polynomial_decay
@@ -122,6 +123,13 @@ class GraphormerModule(_PackedWhenSeeded):
             eager (default). On the CPU only with ``backend='reference'``: the CPU backend's C
             kernels do not trace, and inductor's C++ build takes minutes there. Grid batches
             (``engine='device'``) have static shapes and trace as one graph.
+        gp_weight: weight of a Gaussian process on the molecule features
+            (:mod:`~graphormer_sepnorm.nn.fingerprint_gp`) in validation, test and prediction:
+            ``(1 - w) * network + w * GP``, the GP fitted on the training molecules at fit start
+            and saved in the checkpoint. Regression with ``rdkit2d``/``morgan`` molecule
+            features only, one model (not ``seeds``). Default: 0 (off).
+        gp_max_train: the GP stays off above this many training molecules (its cost is N^3).
+            Default: 5000.
     """
 
     def __init__(
@@ -140,6 +148,8 @@ class GraphormerModule(_PackedWhenSeeded):
         standardize_targets: bool = False,
         seeds: list[int] | None = None,
         compile: str | None = None,
+        gp_weight: float = 0.0,
+        gp_max_train: int = 5000,
     ) -> None:
         super().__init__()
         info = _check_dataset_info(dataset_info)
@@ -156,6 +166,7 @@ class GraphormerModule(_PackedWhenSeeded):
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
+        self.gp = make_fingerprint_gp(info, gp_weight, packed=bool(seeds))
         self._weights_from_checkpoint = False
         self._compiled = False
 
@@ -193,7 +204,11 @@ class GraphormerModule(_PackedWhenSeeded):
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions in the targets' units (probabilities for classification), ``[B, T]``."""
-        return self.to_predictions(self.model(batch))
+        return self.blend_gp(self.to_predictions(self.model(batch)), batch)
+
+    def blend_gp(self, preds: Tensor, batch: GraphormerBatch) -> Tensor:
+        """Regression predictions blended with the fitted fingerprint GP (``gp_weight``)."""
+        return blend(preds, self.gp, self.hparams.get("gp_weight", 0.0), batch.mol_x)
 
     def to_predictions(self, out: Tensor) -> Tensor:
         """The head's outputs ``[B, T]`` in the targets' units (probabilities if binary)."""
@@ -234,6 +249,12 @@ class GraphormerModule(_PackedWhenSeeded):
                                  "target_statistics()")
             self.task.set_scaler(*stats())
 
+    def on_fit_start(self) -> None:
+        """Fits the fingerprint GP on the training molecules (not again on a resumed fit)."""
+        report = prepare_gp(self)
+        if report and self.trainer.is_global_zero:
+            print(report, flush=True)
+
     def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """One optimization step's loss."""
         loss = self.task.loss(self.model(batch).float(), batch.y)
@@ -247,6 +268,8 @@ class GraphormerModule(_PackedWhenSeeded):
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones
         preds = self.task.metric_inputs(out)
+        if self.gp is not None:  # regression: the targets' units
+            preds = self.blend_gp(preds, batch)
         (self.val_extra if stage == "val" else self.test_extra).update(preds, batch.y)
         self.task.update_metric(metric, preds, batch.y)
         self.log(f"{stage}/{self.task.metric_name}", metric, batch_size=batch.num_graphs,

@@ -314,6 +314,13 @@ def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_pat
     smiles = [SMILES[int(g.y[0, 0])] for g in test]
     with Predictor(module) as predictor:
         predicted = predictor.predict(smiles).predictions
+    batch = GraphormerCollator(5)(test)
     with torch.no_grad():
-        expected = module(GraphormerCollator(5)(test)).numpy()
+        expected = module(batch).numpy()
+        # the config's blend: half the network, half the GP fitted on the training molecules
+        network = module.to_predictions(module.model(batch))
+        blended = 0.5 * network + 0.5 * module.gp(batch.mol_x)
     np.testing.assert_allclose(predicted, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(expected, blended.numpy(), rtol=1e-5, atol=1e-6)
+    assert module.gp.train_x.shape == (len(cli.datamodule.splits["train"]), 2222)
+    assert not np.allclose(expected, network.numpy(), atol=1e-3)

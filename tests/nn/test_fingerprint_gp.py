@@ -1,0 +1,74 @@
+"""FingerprintGP on hand-made feature vectors: kernel values, fit, missing targets, save/load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphormer_sepnorm.nn.fingerprint_gp import FingerprintGP, feature_slices, minmax_similarity
+
+
+def test_minmax_similarity_is_the_tanimoto_of_counts():
+    a = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0]])
+    b = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 2.0], [0.0, 0.0, 0.0]])
+    # sum(min) / sum(max): 2/4, 3/3, 0/3; an empty vector is like another empty one only
+    expected = torch.tensor([[0.5, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    torch.testing.assert_close(minmax_similarity(a, b), expected)
+
+
+def test_feature_slices_follow_the_featurizer_order():
+    assert feature_slices(["rdkit2d", "morgan"]) == {"rdkit2d": (0, 174), "morgan": (174, 2222)}
+    assert feature_slices(["morgan"]) == {"morgan": (0, 2048)}
+    with pytest.raises(ValueError, match="needs features"):
+        FingerprintGP({}, 1)
+
+
+def _counts(n: int, width: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.poisson(torch.full((n, width), 0.5), generator=generator)
+
+
+def test_a_molecule_unlike_any_training_one_gets_the_training_mean():
+    # the prior mean: no shared substructure means zero covariance with every training molecule
+    x = torch.cat([_counts(12, 8, 0), torch.zeros(12, 8)], 1)
+    y = torch.randn(12, 1, generator=torch.Generator().manual_seed(1)) + 3
+    gp = FingerprintGP({"morgan": (0, 16)}, 1)
+    gp.fit(x, y, steps=20)
+    far = torch.cat([torch.zeros(1, 8), torch.ones(1, 8)], 1)
+    assert gp(far).item() == pytest.approx(y.mean().item(), abs=1e-5)
+
+
+def test_fit_learns_a_target_of_the_features():
+    x = torch.cat([_counts(60, 24, 2), torch.randn(60, 4)], 1)
+    y = 2 * x[:, 24:25] + x[:, 25:26] + 0.3 * x[:, :1]
+    gp = FingerprintGP({"morgan": (0, 24), "rdkit2d": (24, 28)}, 1)
+    gp.fit(x[:50], y[:50])
+    assert gp.fitted and gp.train_x.shape == (50, 28) and gp.train_x.dtype == torch.float16
+    error = (gp(x[50:]) - y[50:]).abs().mean()
+    baseline = (y[50:] - y[:50].mean()).abs().mean()
+    assert error < 0.5 * baseline, (error, baseline)
+
+
+def test_missing_targets_are_left_out_of_their_gp_only():
+    x = _counts(20, 10, 3)
+    y = torch.stack([x[:, 0] - x[:, 1], x[:, 2]], 1)
+    holes = y.clone()
+    holes[:5, 0] = float("nan")
+    gp = FingerprintGP({"morgan": (0, 10)}, 2)
+    gp.fit(x, holes, steps=30)
+    alone = FingerprintGP({"morgan": (0, 10)}, 1)
+    alone.fit(x[5:], y[5:, :1], steps=30)
+    assert (gp.alpha[:5, 0] == 0).all() and (gp.alpha[:5, 1] != 0).all()
+    torch.testing.assert_close(gp(x)[:, 0], alone(x)[:, 0], atol=1e-4, rtol=1e-4)
+
+
+def test_a_fitted_gp_loads_into_an_empty_one():
+    x = torch.cat([torch.randn(15, 3), _counts(15, 6, 4)], 1)
+    y = torch.randn(15, 1, generator=torch.Generator().manual_seed(5))
+    gp = FingerprintGP({"rdkit2d": (0, 3), "morgan": (3, 9)}, 1)
+    gp.fit(x, y, steps=10)
+    empty = FingerprintGP({"rdkit2d": (0, 3), "morgan": (3, 9)}, 1)
+    assert not empty.fitted
+    empty.load_state_dict(gp.state_dict())
+    assert empty.fitted
+    torch.testing.assert_close(empty(x), gp(x))
