@@ -9,14 +9,18 @@ graphs with the rest of the model in eval mode, the statistics lowered the test 
 fine-tuned checkpoint we measured, by 0.1% to 11% (``benchmarks/bn_statistics.py``). Only the
 running statistics change: no weight, and training itself (which normalizes with batch
 statistics) is unaffected.
+
+Also here: the refusal of size-grouped training batches for a model with such a BatchNorm.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from torch import nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
@@ -98,3 +102,19 @@ class ReestimateGraphTokenStatistics(Callback):
                 replica = model.replica(index).to(device)
                 if reestimate_graph_token_statistics(replica, batches(), self.max_graphs):
                     model.set_replica(index, replica)
+
+
+def refuse_size_grouped_batch_norm(model: nn.Module, datamodule: Any) -> None:
+    """Raises when a model with batch statistics would train on size-grouped batches.
+
+    A batch of molecules of one size has a mean that size explains: a BatchNorm over it (SepNorm's
+    graph token) removes exactly that in training and meets other statistics in evaluation.
+    """
+    if getattr(datamodule, "train_batches", "random") != "size_grouped":
+        return
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ValueError(
+            "train_batches='size_grouped' with a model that normalizes with batch statistics "
+            "(SepNorm's BatchNorm): each training batch would hold molecules of nearly one size "
+            "and the BatchNorm would subtract what size explains. Use --data.train_batches random "
+            "(the default), or a model without BatchNorm (--model.config.sepnorm false).")

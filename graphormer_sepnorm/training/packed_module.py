@@ -11,8 +11,9 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
+from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
 from graphormer_sepnorm.training.init_from import init_model_from
-from graphormer_sepnorm.training.module import GraphormerModule, _refuse_size_grouped_batch_norm
+from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
 
 
@@ -50,7 +51,7 @@ class PackedGraphormerModule(GraphormerModule):
         """At fit start: ``init_from`` into every replica, the target scaler."""
         if stage != "fit":
             return
-        _refuse_size_grouped_batch_norm(self.model.replica(0), self.trainer.datamodule)
+        refuse_size_grouped_batch_norm(self.model.replica(0), self.trainer.datamodule)
         init_from = self.hparams.get("init_from")
         if init_from not in (None, "none") and not self._weights_from_checkpoint:
             for index in range(len(self.seeds)):
