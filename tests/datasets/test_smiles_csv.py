@@ -324,3 +324,26 @@ def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_pat
     np.testing.assert_allclose(expected, blended.numpy(), rtol=1e-5, atol=1e-6)
     assert module.gp.train_x.shape == (len(cli.datamodule.splits["train"]), 2222)
     assert not np.allclose(expected, network.numpy(), atol=1e-3)
+
+
+def test_a_resumed_fit_keeps_the_gp_it_saved(tmp_path, monkeypatch, capsys):
+    from graphormer_sepnorm.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
+    path = indexed_csv(tmp_path / "train.csv")
+    common = ["--config", str(CONFIG), "--data.path", str(path), "--data.target_columns", "[y]",
+              "--data.root", str(tmp_path), "--data.mol_features", "[morgan]",
+              "--data.batch_size", "8", "--model.init_from", "none",
+              "--model.config.num_layers", "2", "--test_best", "false",
+              "--trainer.default_root_dir", str(tmp_path),
+              "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+              "--trainer.logger.init_args.version", "0"]
+    first = main(["fit", *common, "--trainer.max_epochs", "1"])
+    assert "fingerprint GP fitted on" in capsys.readouterr().out
+    saved = first.model.gp.state_dict()
+    again = main(["fit", *common, "--trainer.max_epochs", "2",
+                  "--ckpt_path", first.trainer.checkpoint_callback.last_model_path])
+    assert again.trainer.current_epoch == 2
+    assert "fingerprint GP fitted on" not in capsys.readouterr().out
+    for name, value in again.model.gp.state_dict().items():
+        torch.testing.assert_close(value, saved[name], msg=name)
