@@ -12,6 +12,8 @@ training run on one thread, then its test MAE and RMSE (in the target's units) a
 - ``ours``: ``graphormer-sepnorm fit --config configs/smiles_csv.yaml --data.path X
   --data.target_columns '[y]' --data.split column --seed_everything S``, the command a user
   runs; test metrics of the best checkpoint from the run's ``metrics.csv``.
+- ``gp``: the fingerprint GP the default config blends in, alone (``benchmarks/_gp_alone.py``:
+  fitted on the training rows, no seed; one row per seed all the same).
 - further variants of ours: ``--variant NAME='EXTRA ARGS'`` (repeatable) appends the extra
   arguments to ours' command, e.g. ``--variant scratch='--model.init_from none'``.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
 import resource
@@ -116,6 +119,15 @@ def run_chemprop(args: argparse.Namespace, data: Path, seed: int, run_dir: Path
     return float(np.abs(error).mean()), float(np.sqrt((error ** 2).mean())), times, command
 
 
+def run_gp(data: Path, run_dir: Path) -> tuple[float, float, tuple[float, float], list[str]]:
+    """Test MAE, RMSE, (wall, CPU) seconds and the command of the GP alone."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "_gp_alone.py"), str(data)]
+    log = run_dir / "run.log"
+    times = run_logged(command, log)
+    result = json.loads(log.read_text().strip().splitlines()[-1])
+    return result["test_mae"], result["test_rmse"], times, command
+
+
 def logged(metrics_csv: Path, name: str) -> list[float]:
     """Every logged value of ``name`` in a Lightning ``metrics.csv``, in order."""
     with open(metrics_csv, newline="") as handle:
@@ -192,8 +204,9 @@ def parse_variants(items: list[str]) -> dict[str, str]:
     variants = {"ours": ""}
     for item in items:
         name, sep, extra = item.partition("=")
-        if not sep or not name or name == "chemprop":
-            raise SystemExit(f"--variant wants NAME='EXTRA ARGS' (not chemprop), got {item!r}")
+        if not sep or not name or name in ("chemprop", "gp"):
+            raise SystemExit(f"--variant wants NAME='EXTRA ARGS' (not chemprop or gp), got "
+                             f"{item!r}")
         variants[name] = extra
     return variants
 
@@ -205,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets", nargs="+", default=SETS, help=f"default: {' '.join(SETS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=None,
-                        help="chemprop, ours and --variant names (default: all of them)")
+                        help="chemprop, gp, ours and --variant names (default: all of them)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                         help="a variant of ours: extra arguments for its fit command")
     parser.add_argument("--data-dir", type=Path, default=ROOT / "data" / "public")
@@ -225,8 +238,8 @@ def main(argv: list[str] | None = None) -> None:
 
     variants = parse_variants(args.variant)
     upgrade_results(args.results)
-    methods = args.methods or ["chemprop", *variants]
-    unknown = [m for m in methods if m != "chemprop" and m not in variants]
+    methods = args.methods or ["chemprop", "gp", *variants]
+    unknown = [m for m in methods if m not in ("chemprop", "gp") and m not in variants]
     if unknown:
         raise SystemExit(f"unknown method(s) {unknown}: define them with --variant NAME=ARGS")
     args.data_dir, args.results, args.runs_dir, args.config = (
@@ -252,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
                     if method == "chemprop":
                         mae, rmse, (seconds, cpu), command = run_chemprop(args, data, seed,
                                                                           run_dir)
+                    elif method == "gp":
+                        mae, rmse, (seconds, cpu), command = run_gp(data, run_dir)
                     else:
                         mae, rmse, (seconds, cpu), command, val = run_ours(
                             args, data, seed, run_dir, variants[method])

@@ -1,0 +1,44 @@
+"""The fingerprint GP alone on one benchmark set (``benchmarks/small_data.py --methods gp``).
+
+The GP the default config blends in (:class:`~graphormer_sepnorm.nn.fingerprint_gp.FingerprintGP`
+on the same ``rdkit2d`` and ``morgan`` features), fitted on the training rows; test MAE and RMSE
+as JSON on stdout's last line. No seed: the fit is deterministic.
+
+    python benchmarks/_gp_alone.py SET.csv
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+import numpy as np
+import torch
+from rdkit import Chem
+
+from graphormer_sepnorm.mol_features import build_mol_features
+from graphormer_sepnorm.nn.fingerprint_gp import FingerprintGP, feature_slices
+
+NAMES = ["rdkit2d", "morgan"]
+
+
+def main(path: str) -> None:
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    generators = build_mol_features(NAMES)
+    x = torch.tensor(np.stack([
+        np.concatenate([g(Chem.MolFromSmiles(r["smiles"])) for g in generators]) for r in rows]))
+    y = torch.tensor([[float(r["y"])] for r in rows])
+    split = np.array([r["split"] for r in rows])
+    train, test = torch.tensor(split == "train"), torch.tensor(split == "test")
+    gp = FingerprintGP(feature_slices(NAMES), 1)
+    gp.fit(x[train], y[train])
+    with torch.no_grad():
+        error = (gp(x[test]) - y[test]).double().numpy()
+    print(json.dumps({"test_mae": float(np.abs(error).mean()),
+                      "test_rmse": float(np.sqrt((error ** 2).mean()))}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
