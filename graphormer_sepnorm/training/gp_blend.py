@@ -1,8 +1,9 @@
 """The module's side of the fingerprint GP blend (``gp_weight``): build, fit at fit start, blend.
 
 See :mod:`~graphormer_sepnorm.nn.fingerprint_gp`. Predictions become
-``(1 - gp_weight) * network + gp_weight * GP`` in validation, test and prediction (so the best
-checkpoint is chosen on the blend); the network's loss and training are unchanged.
+``(1 - gp_weight) * network + gp_weight * GP`` in test, validate and prediction. Validation
+during fit scores the network alone, so the best checkpoint is the network's own best; the
+network's loss and training are unchanged.
 """
 
 from __future__ import annotations

@@ -123,10 +123,11 @@ class GraphormerModule(_PackedWhenSeeded):
             kernels do not trace, and inductor's C++ build takes minutes there. Grid batches
             (``engine='device'``) have static shapes and trace as one graph.
         gp_weight: weight of a Gaussian process on the molecule features
-            (:mod:`~graphormer_sepnorm.nn.fingerprint_gp`) in validation, test and prediction:
+            (:mod:`~graphormer_sepnorm.nn.fingerprint_gp`) in test, validate and prediction:
             ``(1 - w) * network + w * GP``, the GP fitted on the training molecules at fit start
-            and saved in the checkpoint. Regression with ``rdkit2d``/``morgan`` molecule
-            features only, one model (not ``seeds``). Default: 0 (off).
+            and saved in the checkpoint. Validation during fit scores the network alone, so
+            checkpoints are chosen on the network's own error. Regression with ``rdkit2d`` or
+            ``morgan`` molecule features only, one model (not ``seeds``). Default: 0 (off).
         gp_max_train: the GP stays off above this many training molecules (its cost is N^3).
             Default: 5000.
     """
@@ -248,6 +249,9 @@ class GraphormerModule(_PackedWhenSeeded):
                                  "target_statistics()")
             self.task.set_scaler(*stats())
 
+    def _fitting(self) -> bool:
+        return self._trainer is not None and self.trainer.state.fn == "fit"
+
     def on_fit_start(self) -> None:
         """Fits the fingerprint GP on the training molecules (not again on a resumed fit)."""
         report = prepare_gp(self)
@@ -267,7 +271,10 @@ class GraphormerModule(_PackedWhenSeeded):
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones
         preds = self.task.metric_inputs(out)
-        if self.gp is not None:  # regression: the targets' units
+        # fit validates the network alone (its checkpoints are chosen on that); test, validate
+        # and predict score the blend. Chosen on the blend, solubility's best epoch became 13
+        # of 100, and its test MAE 0.419 instead of 0.390.
+        if self.gp is not None and not self._fitting():  # regression: the targets' units
             preds = self.blend_gp(preds, batch)
         (self.val_extra if stage == "val" else self.test_extra).update(preds, batch.y)
         self.task.update_metric(metric, preds, batch.y)

@@ -347,3 +347,34 @@ def test_a_resumed_fit_keeps_the_gp_it_saved(tmp_path, monkeypatch, capsys):
     assert "fingerprint GP fitted on" not in capsys.readouterr().out
     for name, value in again.model.gp.state_dict().items():
         torch.testing.assert_close(value, saved[name], msg=name)
+
+
+def test_fit_chooses_checkpoints_on_the_network_and_validate_scores_the_blend(tmp_path,
+                                                                             monkeypatch):
+    # chosen on the blend, a GP that fits validation well picks an undertrained network
+    from graphormer_sepnorm.cli import main
+    from graphormer_sepnorm.data import GraphormerCollator
+
+    monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
+    path = indexed_csv(tmp_path / "train.csv")
+    fit = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
+                "--data.target_columns", "[y]", "--data.root", str(tmp_path),
+                "--data.mol_features", "[morgan]", "--data.batch_size", "8",
+                "--model.init_from", "none", "--model.config.num_layers", "2",
+                "--trainer.max_epochs", "1", "--test_best", "false",
+                "--trainer.default_root_dir", str(tmp_path),
+                "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+    module = fit.model.eval()
+    batch = GraphormerCollator(5)(fit.datamodule.splits["val"])
+    y = batch.y
+    with torch.no_grad():
+        network = module.to_predictions(module.model(batch))
+        blended = module(batch)
+    assert not torch.allclose(network, blended, atol=1e-3)
+    assert fit.trainer.callback_metrics["val/mae"].item() == pytest.approx(
+        (network - y).abs().mean().item(), rel=1e-5)
+    checkpoint = fit.trainer.checkpoint_callback.last_model_path
+    again = main(["validate", "--ckpt_path", checkpoint,
+                  "--trainer.default_root_dir", str(tmp_path)])
+    assert again.trainer.callback_metrics["val/mae"].item() == pytest.approx(
+        (blended - y).abs().mean().item(), rel=1e-5)
