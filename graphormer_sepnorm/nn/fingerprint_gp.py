@@ -136,9 +136,11 @@ class FingerprintGP(nn.Module):
 
     def forward(self, mol_x: Tensor) -> Tensor:
         """Posterior means ``[B, T]`` in the targets' units for features ``mol_x [B, F_mol]``."""
+        # float32 whatever the module was cast to (bf16-true casts buffers too)
         parts = self._parts(self._select(mol_x.float()), self.train_x.float())
-        out = [self._kernel(parts, h) @ self.alpha[:, t] for t, h in enumerate(self.hyper)]
-        return torch.stack(out, 1) * self.y_std + self.y_mean
+        alpha, hyper = self.alpha.float(), self.hyper.float()
+        out = [self._kernel(parts, h) @ alpha[:, t] for t, h in enumerate(hyper)]
+        return torch.stack(out, 1) * self.y_std.float() + self.y_mean.float()
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
                               **kwargs: Any) -> None:

@@ -72,3 +72,15 @@ def test_a_fitted_gp_loads_into_an_empty_one():
     empty.load_state_dict(gp.state_dict())
     assert empty.fitted
     torch.testing.assert_close(empty(x), gp(x))
+
+
+def test_a_gp_cast_to_bfloat16_still_predicts_in_float32():
+    x = _counts(10, 6, 6)
+    y = x[:, :1] * 2
+    gp = FingerprintGP({"morgan": (0, 6)}, 1)
+    gp.fit(x, y, steps=5)
+    expected = gp(x)
+    gp.to(torch.bfloat16)  # what Lightning's bf16-true does to a module
+    predicted = gp(x.to(torch.bfloat16))
+    assert predicted.dtype == torch.float32
+    torch.testing.assert_close(predicted, expected, atol=0.05, rtol=0.02)
