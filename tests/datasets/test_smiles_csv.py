@@ -46,6 +46,22 @@ def load(path: Path, **kwargs) -> dict[str, list]:
     return SmilesCSVDataModule(str(path), **kwargs).load_splits()
 
 
+def fit_small(tmp_path: Path, *extra: str):
+    """``fit`` of smiles_csv.yaml on :func:`indexed_csv` with Morgan features, a 2-layer model
+    from scratch, 8 molecules a batch, no test; ``extra`` appended."""
+    from graphormer_sepnorm.cli import main
+
+    path = tmp_path / "train.csv"
+    if not path.exists():
+        indexed_csv(path)
+    return main(["fit", "--config", str(CONFIG), "--data.path", str(path),
+                 "--data.target_columns", "[y]", "--data.root", str(tmp_path),
+                 "--data.mol_features", "[morgan]", "--data.batch_size", "8",
+                 "--model.init_from", "none", "--model.config.num_layers", "2",
+                 "--test_best", "false", "--trainer.default_root_dir", str(tmp_path),
+                 "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), *extra])
+
+
 def test_quoted_fields_and_targets(tmp_path):
     text = 'name,smiles,y\n"ethanol, absolute",CCO,1.5\n"phenol, ""pure""",c1ccccc1O,-2\n'
     (tmp_path / "q.csv").write_text(text)
@@ -327,22 +343,13 @@ def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_pat
 
 
 def test_a_resumed_fit_keeps_the_gp_it_saved(tmp_path, monkeypatch, capsys):
-    from graphormer_sepnorm.cli import main
-
     monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
-    path = indexed_csv(tmp_path / "train.csv")
-    common = ["--config", str(CONFIG), "--data.path", str(path), "--data.target_columns", "[y]",
-              "--data.root", str(tmp_path), "--data.mol_features", "[morgan]",
-              "--data.batch_size", "8", "--model.init_from", "none",
-              "--model.config.num_layers", "2", "--test_best", "false",
-              "--trainer.default_root_dir", str(tmp_path),
-              "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
-              "--trainer.logger.init_args.version", "0"]
-    first = main(["fit", *common, "--trainer.max_epochs", "1"])
+    version = ("--trainer.logger.init_args.version", "0")
+    first = fit_small(tmp_path, *version, "--trainer.max_epochs", "1")
     assert "fingerprint GP fitted on" in capsys.readouterr().out
     saved = first.model.gp.state_dict()
-    again = main(["fit", *common, "--trainer.max_epochs", "2",
-                  "--ckpt_path", first.trainer.checkpoint_callback.last_model_path])
+    again = fit_small(tmp_path, *version, "--trainer.max_epochs", "2",
+                      "--ckpt_path", first.trainer.checkpoint_callback.last_model_path)
     assert again.trainer.current_epoch == 2
     assert "fingerprint GP fitted on" not in capsys.readouterr().out
     for name, value in again.model.gp.state_dict().items():
@@ -356,14 +363,7 @@ def test_fit_chooses_checkpoints_on_the_network_and_validate_scores_the_blend(tm
     from graphormer_sepnorm.data import GraphormerCollator
 
     monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
-    path = indexed_csv(tmp_path / "train.csv")
-    fit = main(["fit", "--config", str(CONFIG), "--data.path", str(path),
-                "--data.target_columns", "[y]", "--data.root", str(tmp_path),
-                "--data.mol_features", "[morgan]", "--data.batch_size", "8",
-                "--model.init_from", "none", "--model.config.num_layers", "2",
-                "--trainer.max_epochs", "1", "--test_best", "false",
-                "--trainer.default_root_dir", str(tmp_path),
-                "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+    fit = fit_small(tmp_path, "--trainer.max_epochs", "1")
     module = fit.model.eval()
     batch = GraphormerCollator(5)(fit.datamodule.splits["val"])
     y = batch.y
