@@ -67,7 +67,8 @@ def fit_fingerprint_gp(gp: FingerprintGP, datamodule: Any, max_train: int) -> st
     a, b, length, noise = (f"{v:.3g}" for v in gp.hyper[0].tolist())
     return (f"fingerprint GP fitted on {len(x):,} molecules in "
             f"{time.perf_counter() - started:.1f} s (target 0: a={a} b={b} l={length} "
-            f"s={noise})")
+            f"s={noise}); validation during fit scores the network alone, test, validate "
+            f"and predict the blend")
 
 
 def prepare_gp(module: Any) -> str | None:
