@@ -15,9 +15,8 @@ import sys
 
 import numpy as np
 import torch
-from rdkit import Chem
 
-from graphormer_sepnorm.mol_features import build_mol_features
+from graphormer_sepnorm.featurizers import OgbFeaturizer
 from graphormer_sepnorm.nn.fingerprint_gp import FingerprintGP, feature_slices
 
 NAMES = ["rdkit2d", "morgan"]
@@ -26,9 +25,8 @@ NAMES = ["rdkit2d", "morgan"]
 def main(path: str) -> None:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    generators = build_mol_features(NAMES)
-    x = torch.tensor(np.stack([
-        np.concatenate([g(Chem.MolFromSmiles(r["smiles"])) for g in generators]) for r in rows]))
+    featurizer = OgbFeaturizer(mol_features=NAMES)  # smiles_csv.yaml's, so the fit's features
+    x = torch.tensor(np.stack([featurizer.arrays(r["smiles"]).mol_x for r in rows]))
     y = torch.tensor([[float(r["y"])] for r in rows])
     split = np.array([r["split"] for r in rows])
     train, test = torch.tensor(split == "train"), torch.tensor(split == "test")
