@@ -124,9 +124,10 @@ class FingerprintGP(nn.Module):
             rows = ~torch.isnan(y[:, t])
             target = y[rows, t].double()
             mean, std = target.mean(), target.std().clamp_min(1e-12)
+            z = (target - mean) / std
             sub = tuple(p[rows][:, rows] if p is not None else None for p in parts)
-            hyper = _maximize_evidence(sub, (target - mean) / std, steps, lr)
-            alpha[rows, t] = _solve(self._kernel(sub, hyper), hyper[3], (target - mean) / std)
+            hyper = _maximize_evidence(sub, z, steps, lr)
+            alpha[rows, t] = _solve(self._kernel(sub, hyper), hyper[3], z)
             hypers.append(hyper)
             means.append(mean)
             stds.append(std)

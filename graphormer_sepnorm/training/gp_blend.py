@@ -80,10 +80,8 @@ def prepare_gp(module: Any) -> str | None:
         return None
     if module.gp.fitted:  # a resumed fit
         return None
-    report = fit_fingerprint_gp(module.gp, module.trainer.datamodule,
-                                module.hparams["gp_max_train"])
-    module.gp.to(module.device)
-    return report
+    # fit puts the buffers where the empty ones are: the module's device by fit start
+    return fit_fingerprint_gp(module.gp, module.trainer.datamodule, module.hparams["gp_max_train"])
 
 
 def blend(preds: Tensor, gp: FingerprintGP | None, weight: float, mol_x: Tensor | None) -> Tensor:
