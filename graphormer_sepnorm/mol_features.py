@@ -18,28 +18,19 @@ prediction computes the same features with no setting of its own.
 
 from __future__ import annotations
 
-import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from functools import cache
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from rdkit import Chem
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
-__all__ = ["MOL_FEATURES", "MolFeatures", "MorganCounts", "RDKit2D", "apply_transform",
-           "build_mol_features", "descriptor_spec", "transform_descriptors"]
+from graphormer_sepnorm.mol_feature_layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
 
-SPEC_PATH = Path(__file__).with_name("rdkit2d_descriptors.json")
-
-
-@cache
-def descriptor_spec() -> tuple[dict[str, Any], ...]:
-    """The recorded descriptors: ``name``, ``transform``, ``clip`` bounds, ``mean``, ``std``."""
-    return tuple(json.loads(SPEC_PATH.read_text())["descriptors"])
+__all__ = ["MOL_FEATURES", "SPEC_PATH", "MolFeatures", "MorganCounts", "RDKit2D",
+           "apply_transform", "build_mol_features", "descriptor_spec", "transform_descriptors"]
 
 
 def apply_transform(x: np.ndarray, kind: str) -> np.ndarray:
@@ -127,7 +118,7 @@ class MorganCounts(MolFeatures):
 
     name = "morgan"
 
-    def __init__(self, radius: int = 2, size: int = 2048) -> None:
+    def __init__(self, radius: int = 2, size: int = MORGAN_BITS) -> None:
         self.generator = rdFingerprintGenerator.GetMorganGenerator(radius=radius, fpSize=size)
         self.dim = size
 

@@ -94,3 +94,14 @@ def test_collator_stacks_features_and_refuses_a_mixed_batch():
     torch.testing.assert_close(batch.mol_x[1], graphs[1].mol_x[0])
     with pytest.raises(ValueError, match="some graphs of the batch have molecule features"):
         GraphormerCollator(5)([graphs[0], OgbFeaturizer()("CC")])
+
+
+def test_layout_without_rdkit_matches_the_generators():
+    from graphormer_sepnorm.mol_feature_layout import feature_columns, mol_feature_dim
+
+    generators = mf.build_mol_features(["rdkit2d", "morgan"])
+    assert [mol_feature_dim(g.name) for g in generators] == [g.dim for g in generators]
+    assert feature_columns(["morgan", "rdkit2d"]) == {"morgan": (0, 2048),
+                                                      "rdkit2d": (2048, 2222)}
+    with pytest.raises(ValueError, match="unknown molecule feature"):
+        mol_feature_dim("maccs")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.mol_features import build_mol_features
+from graphormer_sepnorm.mol_feature_layout import feature_columns
 
 __all__ = ["FingerprintGP", "feature_slices"]
 
@@ -30,12 +30,8 @@ KERNEL_FEATURES = ("morgan", "rdkit2d")
 
 def feature_slices(names: Sequence[str]) -> dict[str, tuple[int, int]]:
     """Column ranges ``(start, stop)`` of the GP's features within ``mol_x`` of ``names``."""
-    slices, start = {}, 0
-    for generator in build_mol_features(names):
-        if generator.name in KERNEL_FEATURES:
-            slices[generator.name] = (start, start + generator.dim)
-        start += generator.dim
-    return slices
+    return {name: columns for name, columns in feature_columns(names).items()
+            if name in KERNEL_FEATURES}
 
 
 def minmax_similarity(a: Tensor, b: Tensor) -> Tensor:
