@@ -32,6 +32,17 @@ class CrashInSecondEpoch(Callback):
             raise Crash("killed")
 
 
+class SaveMidEpochThenCrash(Callback):
+    """Saves a checkpoint after the first step of the second epoch, then stands for a kill."""
+
+    path = None  # set by the test
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.current_epoch == 1 and batch_idx == 0:
+            trainer.save_checkpoint(SaveMidEpochThenCrash.path)
+            raise Crash("killed")
+
+
 @pytest.fixture(scope="module")
 def mirror(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("mirror")
@@ -104,6 +115,41 @@ def test_resumed_fit_ends_like_an_uninterrupted_one(tmp_path, whole):
             metrics[key], rel=1e-5, abs=1e-6)
     assert float(resumed.trainer.checkpoint_callback.best_model_score) == pytest.approx(
         metrics["best"], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["loader", "device"])
+def test_resumed_mid_epoch_ends_like_an_uninterrupted_one(tmp_path, whole, engine):
+    # the training batches resume after the ones the checkpoint had trained on: not the
+    # epoch's first batches again (which would end elsewhere: see the control below)
+    SaveMidEpochThenCrash.path = str(tmp_path / "mid.ckpt")
+    with pytest.raises(Crash):
+        fit(tmp_path, "mid", "--trainer.callbacks+", f"{__name__}.SaveMidEpochThenCrash",
+            "--data.init_args.engine", engine)
+    mid = load(tmp_path / "mid.ckpt")
+    assert mid["global_step"] == 4
+    assert mid["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [
+        {"epoch": 1, "batches_done": 1}]
+    resumed = fit(tmp_path, "mid", "--ckpt_path", str(tmp_path / "mid.ckpt"),
+                  "--data.init_args.engine", engine)
+    assert resumed.trainer.global_step == 9
+    last = Path(resumed.trainer.checkpoint_callback.dirpath) / "last.ckpt"
+    assert_same_state(whole[0], load(last))
+    assert float(resumed.trainer.callback_metrics["val/mae"]) == pytest.approx(
+        whole[1]["val/mae"], rel=1e-5, abs=1e-6)
+
+
+def test_resuming_mid_epoch_from_the_epoch_start_ends_elsewhere(tmp_path, whole):
+    """The control: without the saved position the epoch's batches replay from its start."""
+    SaveMidEpochThenCrash.path = str(tmp_path / "mid.ckpt")
+    with pytest.raises(Crash):
+        fit(tmp_path, "mid", "--trainer.callbacks+", f"{__name__}.SaveMidEpochThenCrash")
+    ckpt = load(tmp_path / "mid.ckpt")
+    del ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    torch.save(ckpt, tmp_path / "mid.ckpt")
+    resumed = fit(tmp_path, "mid", "--ckpt_path", str(tmp_path / "mid.ckpt"))
+    last = load(Path(resumed.trainer.checkpoint_callback.dirpath) / "last.ckpt")
+    a = whole[0]["state_dict"]
+    assert any(not torch.allclose(a[k], last["state_dict"][k], rtol=1e-5, atol=1e-6) for k in a)
 
 
 def test_dropout_follows_the_checkpointed_seed(tmp_path, whole):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -11,6 +11,11 @@ from torch_geometric.data import Data
 
 from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
 from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.data.resumable import (
+    ResumableBatchSampler,
+    position_state,
+    resume_samplers,
+)
 
 
 class _EpochSetter(list):
@@ -42,11 +47,16 @@ class DeviceBatches:
         graphs: the split's graphs, for ``collate``.
         stack: batches ``[R, B]``, one row per sampler (packed replicas' training batches),
             also for ``R = 1``. Default: false (one sampler, batches ``[B]``).
+        done: the batches of the current epoch trained so far
+            (:func:`~graphormer_sepnorm.data.resumable.batches_done`): with
+            :class:`~graphormer_sepnorm.data.resumable.ResumableBatchSampler` samplers, Lightning
+            saves the position in checkpoints and a resumed fit continues mid-epoch exactly.
     """
 
     def __init__(self, store: GridGraphs | None, samplers: Sequence[Sampler[list[int]]],
                  length_multiple: int = 8, collate: GraphormerCollator | None = None,
-                 graphs: Sequence[Data] = (), stack: bool = False) -> None:
+                 graphs: Sequence[Data] = (), stack: bool = False,
+                 done: Callable[[], int] = lambda: 0) -> None:
         if not samplers or len(samplers) > 1 and not stack:
             raise ValueError("one batch sampler, or several with stack=True")
         if (store is None) == (collate is None) or collate is not None and len(samplers) > 1:
@@ -56,9 +66,22 @@ class DeviceBatches:
         self.batch_sampler = None  # Lightning inspects a dataloader's pair of them
         self.length_multiple = length_multiple
         self.collate, self.graphs, self.stack = collate, graphs, stack
+        self._done = done
 
     def __len__(self) -> int:
         return min(len(s) for s in self.sampler)
+
+    def _resumable(self) -> list[ResumableBatchSampler]:
+        return [s for s in self.sampler if isinstance(s, ResumableBatchSampler)]
+
+    def state_dict(self) -> dict[str, int]:
+        """The epoch and its batches done, with resumable samplers (else nothing)."""
+        samplers = self._resumable()
+        return position_state(samplers, self._done) if samplers else {}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        """The next epoch, if it is the saved one, starts after its done batches."""
+        resume_samplers(self._resumable(), state_dict)
 
     def _epoch(self) -> list[np.ndarray]:
         """This epoch's batches as host arrays ``[R, B]`` (``[B]`` unless ``stack``)."""

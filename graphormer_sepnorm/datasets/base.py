@@ -14,6 +14,7 @@ from torch_geometric.data import Data
 from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler, add_shortest_paths
 from graphormer_sepnorm.data.device_batches import DeviceBatches
 from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.data.resumable import ResumableBatchSampler, ResumableLoader, batches_done
 
 SPLITS = ("train", "val", "test")
 TrainBatches = Literal["random", "size_grouped"]
@@ -209,17 +210,26 @@ class GraphDataModule(LightningDataModule):
                                           drop_last=drop_last)
         world = self.trainer.world_size if self.trainer is not None else 1
         rank = self.trainer.global_rank if self.trainer is not None else 0
-        return ShardedBatches(batches, rank, world, even=train) if world > 1 else batches
+        if world > 1:
+            batches = ShardedBatches(batches, rank, world, even=train)
+        # training batches resume mid-epoch exactly where a checkpoint left them
+        return ResumableBatchSampler(batches) if train else batches
+
+    def _batches_done(self) -> int:
+        return batches_done(self.trainer)
 
     def _loader(self, split: str, train: bool,
                 packed: bool | None = None) -> DataLoader | DeviceBatches:
         if self.engine == "device":
             return self._device_batches(split, train, packed)
-        return DataLoader(GraphList(self.splits[split]),
-                          batch_sampler=self._sampler(split, train, self.seed),
-                          num_workers=self.num_workers,
-                          collate_fn=GraphormerCollator(self.multi_hop_max_dist),
-                          persistent_workers=self.num_workers > 0)
+        loader, resumable = DataLoader, {}
+        if train:
+            loader, resumable = ResumableLoader, {"done": self._batches_done}
+        return loader(GraphList(self.splits[split]),
+                      batch_sampler=self._sampler(split, train, self.seed),
+                      num_workers=self.num_workers,
+                      collate_fn=GraphormerCollator(self.multi_hop_max_dist),
+                      persistent_workers=self.num_workers > 0, **resumable)
 
     def _device_batches(self, split: str, train: bool,
                         packed: bool | None = None) -> DeviceBatches:
@@ -230,11 +240,12 @@ class GraphDataModule(LightningDataModule):
         device = self.trainer.strategy.root_device if self.trainer is not None else None
         if (device is None or device.type == "cpu") and not self.replica_seeds:
             return DeviceBatches(None, samplers, graphs=self.splits[split],
-                                 collate=GraphormerCollator(self.multi_hop_max_dist))
+                                 collate=GraphormerCollator(self.multi_hop_max_dist),
+                                 done=self._batches_done)
         if split not in self._stores:
             self._stores[split] = GridGraphs(self.splits[split], self.multi_hop_max_dist,
                                              device or "cpu")
-        return DeviceBatches(self._stores[split], samplers, stack=packed)
+        return DeviceBatches(self._stores[split], samplers, stack=packed, done=self._batches_done)
 
     def train_dataloader(self) -> DataLoader | DeviceBatches:
         """Training batches: uniform random samples (or size-grouped, see ``train_batches``)."""
