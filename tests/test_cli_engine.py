@@ -70,6 +70,8 @@ def test_packed_replicas_fit_and_each_replica_checkpoint_works_alone(tmp_path):
     last = Path(cli.trainer.checkpoint_callback.dirpath) / "last.ckpt"
     packed = GraphormerModule.load_from_checkpoint(last, weights_only=True)
     assert isinstance(packed, PackedGraphormerModule) and packed.seeds == [3, 5]
+    # with each replica's best so far: a resumed fit compares with it, not with nothing
+    assert None not in module.best_val and packed.best_val == module.best_val
     # prediction takes a replica's checkpoint, and says so when given the packed one
     assert load_checkpoint(replicas / "seed3.ckpt").model.config == module.config
     with pytest.raises(CheckpointError, match="replicas/seed"):

@@ -47,6 +47,18 @@ class PackedGraphormerModule(GraphormerModule):
         self.test_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
         self.best_val: list[float | None] = [None] * len(seeds)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keeps each replica's best validation metric, so a resumed fit compares with it."""
+        checkpoint["replica_best_val"] = list(self.best_val)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restores each replica's best (else the first validation after a resume would
+        overwrite every ``replicas/seed<s>.ckpt``, better or not)."""
+        super().on_load_checkpoint(checkpoint)
+        saved = checkpoint.get("replica_best_val")
+        if saved is not None and len(saved) == len(self.seeds):
+            self.best_val = list(saved)
+
     def setup(self, stage: str) -> None:
         """At fit start: ``init_from`` into every replica, the target scaler."""
         if stage != "fit":
