@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from jsonargparse import Namespace
+from lightning.pytorch import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerStatus
 
@@ -139,21 +140,35 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
         return _cli(args)
 
 
-def _cli(args: list[str]) -> GraphormerCLI:
+def _cli(args: list[str], run: bool = True,
+         callbacks: list[Callback] | None = None) -> GraphormerCLI:
     return GraphormerCLI(
         GraphormerModule,
         GraphDataModule,
         subclass_mode_data=True,
         args=args,
+        run=run,
         # Our datamodules shard their random batches across DDP processes themselves; dropout is
         # seeded by the step count, so that resumed runs continue exactly.
         # Without a terminal (CI, SLURM, a log file) no carriage-return progress bar: FitLog
         # prints one line per epoch instead.
         trainer_defaults={"use_distributed_sampler": False,
                           "enable_progress_bar": sys.stdout.isatty(),
-                          "callbacks": [StepSeeding(), FitLog()]},
+                          "callbacks": [StepSeeding(), FitLog()] if callbacks is None
+                          else [StepSeeding(), *callbacks]},
         save_config_kwargs={"overwrite": True},
     )
+
+
+def instantiate(args: list[str], callbacks: list[Callback]) -> GraphormerCLI:
+    """Model, datamodule and trainer of ``args`` (no subcommand), nothing run.
+
+    What the campaign runner fits and tests with: the configs and links of the CLI, with
+    ``callbacks`` (beside the per-step dropout seeding) instead of the per-epoch log.
+    """
+    with warnings.catch_warnings():  # args are given on purpose, whatever sys.argv holds
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        return _cli(list(args), run=False, callbacks=callbacks)
 
 
 def run() -> None:

@@ -1,0 +1,180 @@
+"""The callback that makes a fit stop in time, resumable, and keeps each seed's best model.
+
+:class:`CampaignCheckpoint` replaces a config's ``ModelCheckpoint`` in a campaign's fits:
+
+- **Best models.** After each validation, every seed whose own validation metric improved has
+  its model saved as ``best-seed<s>.ckpt`` (the single-run format that ``test`` and ``predict``
+  take), with the step; each validation's values are kept as the job's history.
+- **Stopping in time.** After each training batch it estimates what reaching the next point
+  where it may stop would cost (steps, and any validation on the way) and, when that would pass
+  the deadline, saves the resume point and raises :class:`BudgetSpent`. It never stops where
+  Lightning would validate next or at an epoch's last batch: Lightning skips a validation that
+  was due when it resumes there, so the resumed fit would differ from an uninterrupted one.
+  Resumed from such a point (and batches resume mid-epoch), a fit repeats the uninterrupted
+  one exactly (``tests/campaign``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+from graphormer_sepnorm.campaign.state import JobState
+
+__all__ = ["BudgetSpent", "CampaignCheckpoint", "validation_after"]
+
+
+class BudgetSpent(Exception):  # noqa: N818 (not an error: the budget ran out, state saved)
+    """The fit stopped for the budget after saving its resume point."""
+
+
+def validation_after(trainer: Trainer, ahead: int) -> bool:
+    """Whether Lightning validates right after the training batch ``ahead`` past the current.
+
+    Lightning's own rule (its ``_should_check_val_fx``) for step- and epoch-based validation,
+    looked ahead: ``ahead=0`` is the batch just trained.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    if not trainer.enable_validation:
+        return False
+    batches = trainer.num_training_batches
+    batch_idx, total_idx = loop.batch_idx + ahead, loop.total_batch_idx + ahead
+    epoch = trainer.current_epoch + batch_idx // batches
+    batch_idx %= batches
+    every = trainer.check_val_every_n_epoch
+    if every is not None and (epoch + 1) % every != 0:
+        return False
+    if trainer.val_check_batch == float("inf"):
+        return batch_idx == batches - 1
+    current = total_idx if every is None else batch_idx
+    return (current + 1) % trainer.val_check_batch == 0
+
+
+def _stoppable(trainer: Trainer, ahead: int) -> bool:
+    last = (trainer.fit_loop.epoch_loop.batch_idx + ahead) % trainer.num_training_batches
+    return not validation_after(trainer, ahead) and last != trainer.num_training_batches - 1
+
+
+class CampaignCheckpoint(Callback):
+    """Keeps each seed's best model and stops a fit, resumable, before its deadline.
+
+    Args:
+        job: the job's state folder.
+        seeds: the fit's seeds (packed replicas in order, or the one seed).
+        deadline: ``time.monotonic()`` by which the fit must have stopped and saved.
+        max_steps: also stop once this many steps were trained in this fit (a budget in steps,
+            for rehearsals); ``None``: no such limit.
+        moments: dtype of AdamW's moments in the resume point.
+        margin_s: seconds kept in hand for the unexpected. Default: 5.
+    """
+
+    def __init__(self, job: JobState, seeds: list[int], deadline: float,
+                 max_steps: int | None = None, moments: torch.dtype = torch.float32,
+                 margin_s: float = 5.0) -> None:
+        self.job, self.seeds, self.deadline = job, list(seeds), deadline
+        self.max_steps, self.moments, self.margin_s = max_steps, moments, margin_s
+        self.best: dict[str, dict[str, float]] = {}
+        self.history: list[dict[str, Any]] = []
+        self._step_s: float | None = None
+        self._val_s: float | None = None
+        self._save_s = 2.0
+        self._last = self._val_start = 0.0
+        self.start_step = 0
+
+    @property
+    def val_seconds(self) -> float | None:
+        """The last validation's seconds (with the statistics pass before it), if one ran."""
+        return self._val_s
+
+    def state_dict(self) -> dict[str, Any]:
+        """Best values and history: a resumed fit compares with them."""
+        return {"best": self.best, "history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Takes the saved best values and history."""
+        self.best, self.history = state_dict["best"], state_dict["history"]
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Starts the clocks; notes the step this fit starts from."""
+        self.start_step, self._last = trainer.global_step, time.monotonic()
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
+                           batch: Any, batch_idx: int) -> None:
+        """Saves and raises :class:`BudgetSpent` when the next stop would come too late."""
+        now = time.monotonic()
+        step_s, self._last = now - self._last, now
+        if trainer.global_step - self.start_step > 2:  # the first steps compile
+            self._step_s = step_s if self._step_s is None else 0.9 * self._step_s + 0.1 * step_s
+        if trainer.global_step >= trainer.max_steps > 0 or not _stoppable(trainer, 0):
+            return
+        steps_done = trainer.global_step - self.start_step
+        if self.max_steps is not None and steps_done >= self.max_steps or \
+                now + self._to_next_stop(trainer, step_s) > self.deadline:
+            self.save_resume(trainer)
+            raise BudgetSpent(f"stopped at step {trainer.global_step}")
+
+    def _to_next_stop(self, trainer: Trainer, step_s: float) -> float:
+        """Seconds to the next point where the fit may stop, saved, with the margin."""
+        step = max(self._step_s or step_s, step_s)
+        val = self._val_s
+        if val is None:  # not measured yet: about a training step per validation batch, twice
+            val = 2 * step * (sum(trainer.num_val_batches or [0]) + 1)
+        seconds, ahead = 0.0, 1
+        while True:
+            seconds += step + (val if validation_after(trainer, ahead) else 0.0)
+            if _stoppable(trainer, ahead) or ahead > trainer.num_training_batches:
+                return seconds + self._save_s + self.margin_s
+            ahead += 1
+
+    def save_resume(self, trainer: Trainer) -> None:
+        """Writes the resume point (Lightning's full checkpoint, cut per replica)."""
+        started = time.monotonic()
+        ckpt = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        self.job.write_resume(ckpt, len(self.seeds), self.moments)
+        self._save_s = max(1.0, 2 * (time.monotonic() - started))
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Times the validation (the graph-token statistics pass before it counts too)."""
+        self._val_start = time.monotonic()
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Records the values; saves the seeds that improved."""
+        now = time.monotonic()
+        if trainer.sanity_checking:
+            return
+        self._val_s, self._last = now - self._val_start, now
+        metric = pl_module.task.metric_name
+        values = self._values(trainer, metric)
+        self.history.append({"step": trainer.global_step, **values})
+        lower = metric == "mae"
+        for index, seed in enumerate(self.seeds):
+            value, best = values[str(seed)], self.best.get(str(seed))
+            if best is None or (value < best["val"] if lower else value > best["val"]):
+                self.best[str(seed)] = {"val": value, "step": trainer.global_step}
+                self.job.save_best(seed, _best_checkpoint(pl_module, index, seed, value,
+                                                          trainer))
+
+    def _values(self, trainer: Trainer, metric: str) -> dict[str, float]:
+        metrics = trainer.callback_metrics
+        if len(self.seeds) == 1:
+            return {str(self.seeds[0]): float(metrics[f"val/{metric}"])}
+        return {str(s): float(metrics[f"val/{metric}_seed{s}"]) for s in self.seeds}
+
+
+def _best_checkpoint(module: LightningModule, index: int, seed: int, value: float,
+                     trainer: Trainer) -> dict[str, Any]:
+    """Seed ``seed``'s model as a single run's checkpoint (what ``test`` loads)."""
+    metric = "val_" + module.task.metric_name
+    if hasattr(module, "replica_checkpoint"):  # packed
+        ckpt = module.replica_checkpoint(index)
+        ckpt["replica"][metric] = value
+        return ckpt
+    return {"state_dict": {k: v.detach().cpu().clone() for k, v in module.state_dict().items()},
+            "hyper_parameters": dict(module.hparams), "epoch": trainer.current_epoch,
+            "global_step": trainer.global_step,
+            "pytorch-lightning_version": lightning.__version__,
+            "replica": {"seed": seed, metric: value}}

@@ -1,0 +1,167 @@
+"""``python -m graphormer_sepnorm.campaign PLAN STATE_DIR --budget-s 540``: one resumable command.
+
+Works through a plan's jobs in order within a wall-clock budget. Each job fits until it ends
+or the budget would run out, saving a resume point at a safe step (see
+:mod:`~graphormer_sepnorm.campaign.budget`); a finished fit's seeds are each tested with their
+best-on-validation model and appended to ``STATE_DIR/results.csv``. Run again with the same
+state folder (on any machine), it continues where it stopped and skips what is done.
+
+Exit status: 0 when every job of the plan is done, 3 when work is left (the budget ran out),
+1 when a job failed (its error is printed and kept in its ``status.json``; a job that failed
+twice is skipped from then on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from graphormer_sepnorm.campaign.jobs import Options, fit_chunk, scratch_folder, test_seeds
+from graphormer_sepnorm.campaign.plan import Job, Plan, load_plan, select
+from graphormer_sepnorm.campaign.state import (
+    JobState,
+    append_row,
+    atomic_write_text,
+    read_rows,
+    remove_tree,
+)
+
+__all__ = ["main"]
+MAX_FAILURES = 2
+#: Seconds for the tests' setup (data, model), and for a seed's test with no validation timed.
+TEST_GUESS_S = 20.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; see the module docstring."""
+    p = argparse.ArgumentParser(prog="python -m graphormer_sepnorm.campaign",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("plan", type=Path, help="campaigns/<plan>.yaml")
+    p.add_argument("state", type=Path, help="the state folder (made if missing)")
+    p.add_argument("--budget-s", type=float, required=True,
+                   help="wall-clock seconds this command may take, all included")
+    p.add_argument("--budget-steps", type=int,
+                   help="also stop after this many training steps (rehearsals)")
+    p.add_argument("--min-start-s", type=float, default=60.0,
+                   help="do not start a job's chunk with fewer seconds left (default 60)")
+    p.add_argument("--prepared", type=Path,
+                   help="prepared splits: DIR/<dataset> (else the configs' datamodules)")
+    p.add_argument("--data-root", default="data", help="the datamodules' root (default data)")
+    p.add_argument("--accelerator", default="auto", help="cpu, gpu or auto (default)")
+    p.add_argument("--only", nargs="*", default=[], help="job name patterns (default: all)")
+    p.add_argument("--commit", help="the code's commit for the results (default: git's)")
+    return p.parse_args(argv)
+
+
+def commit_of_code(given: str | None) -> str:
+    """``given``, else ``git rev-parse --short HEAD`` (``-dirty`` with changes), else unknown."""
+    if given:
+        return given
+    def git(*cmd: str) -> str:
+        return subprocess.run(["git", *cmd], capture_output=True, text=True,
+                              check=False).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "unknown"
+    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def device_name(accelerator: str) -> str:
+    """The GPU's name when this command trains on one, else the CPU's model."""
+    if accelerator != "cpu" and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path(
+            "/proc/cpuinfo").is_file() else []:
+        if line.startswith("model name"):
+            return "cpu: " + line.split(":", 1)[1].strip()
+    return "cpu"
+
+
+def write_summary(state_dir: Path, plan: Plan) -> None:
+    """``results.md``: mean ± std per dataset and norm, and the jobs still to do."""
+    from graphormer_sepnorm.experiment import summary_table
+
+    rows = read_rows(state_dir / "results.csv")
+    done = {r["job"] for r in rows}
+    left = [j.name for j in plan.jobs if j.name not in done]
+    text = [f"# {plan.name}", "", "Test metric of each seed's best-on-validation model; mean "
+            "± sample std over seeds.", "", summary_table(rows) if rows else "(no run yet)",
+            "", f"Jobs left: {', '.join(left) if left else 'none'}", ""]
+    atomic_write_text("\n".join(text), state_dir / "results.md")
+
+
+def run_job(job: Job, state: JobState, options: Options, deadline: float,
+            steps_left: int | None, meta: dict[str, str]) -> tuple[bool, int]:
+    """Advances one job: a fit chunk, then (if the fit finished) its tests. Done, steps."""
+    steps = 0
+    if state.phase == "fit":
+        finished, steps = fit_chunk(job, state, options, deadline, steps_left)
+        print(f"{job.name}: chunk {state.status['chunks']} ended at step "
+              f"{state.status['steps']} ({steps} steps, {'finished' if finished else 'paused'})"
+              f"; best {state.status['best']}", flush=True)
+        if not finished:
+            return False, steps
+    # the tests must end in time too (a command killed at its limit returns nothing): else
+    # they wait for the next command. A seed's test costs about a validation, plus the setup.
+    per_seed = state.status.get("val_seconds") or TEST_GUESS_S
+    if deadline - time.monotonic() < per_seed * len(job.seeds) + TEST_GUESS_S:
+        print(f"{job.name}: fit done; its tests wait for the next command", flush=True)
+        return False, steps
+    for row in test_seeds(job, state, options):
+        append_row(state.folder.parent.parent / "results.csv", {**row, **meta})
+        print(f"{job.name}: seed {row['seed']} {row['test_metric']} {row['test_value']:.4f} "
+              f"(best {row['monitor']} {row['best_val']:.4f} at step {row['best_step']})",
+              flush=True)
+    state.finish(list(job.seeds), meta["keep_best"])
+    return True, steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the plan within the budget; the exit status (see the module docstring)."""
+    args = parse_args(argv)
+    deadline = time.monotonic() + args.budget_s
+    plan = load_plan(args.plan)
+    options = Options(args.prepared, args.data_root, args.accelerator, scratch_folder(),
+                      getattr(torch, plan.moments))
+    meta = {"device": device_name(args.accelerator), "commit": commit_of_code(args.commit),
+            "keep_best": plan.keep_best}
+    steps_left, failed, spent, left = args.budget_steps, False, False, []
+    try:
+        for job in select(plan.jobs, args.only):
+            state = JobState(args.state / "jobs" / job.name, job.recipe())
+            if state.phase == "done" or state.status["failures"] >= MAX_FAILURES:
+                continue
+            spent = spent or deadline - time.monotonic() < args.min_start_s or steps_left == 0
+            if spent:  # the jobs keep their order: none starts after one paused
+                left.append(job.name)
+                continue
+            try:
+                done, steps = run_job(job, state, options, deadline, steps_left, meta)
+            except Exception:  # one job's failure is recorded; the others go on
+                traceback.print_exc()
+                state.status["failures"] += 1
+                state.status["error"] = traceback.format_exc(limit=3)
+                state.save_status()
+                failed = True
+                continue
+            steps_left = None if steps_left is None else max(0, steps_left - steps)
+            if not done:
+                left.append(job.name)
+                spent = True
+    finally:
+        remove_tree(options.scratch)
+    write_summary(args.state, plan)
+    print(f"campaign {plan.name}: {len(left)} job(s) left"
+          + (f", next {left[0]}" if left else "") + f"; results in {args.state}/results.csv",
+          flush=True)
+    return 1 if failed else 3 if left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
