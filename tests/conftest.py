@@ -12,6 +12,22 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_unless_marked_gpu(request, monkeypatch):
+    """On a machine with a GPU, the tests written for the CPU still run on the CPU.
+
+    Lightning's ``accelerator='auto'`` (the configs') would pick the GPU; here CUDA is hidden
+    from every test not marked ``gpu``, and from the processes they start.
+    """
+    if request.node.get_closest_marker("gpu") is not None or not torch.cuda.is_available():
+        return
+    from lightning.pytorch.accelerators import CUDAAccelerator
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(CUDAAccelerator, "is_available", staticmethod(lambda: False))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 @pytest.fixture(scope="session")
 def tiny_mirror(tmp_path_factory) -> Path:
     """A data mirror (never written) with tiny ZINC and ogbg-molhiv in their real layouts."""

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One command on a lent GPU machine: install the bundle, check CUDA, advance the campaign, and
+# leave its state in $OUT. The call (device tool, at the repository root, gpu/bundle carried):
+#
+#   LIMIT_S=600 COMMIT=<git short hash> bash gpu/run.sh campaigns/paper_table.yaml
+#
+# Steps: (1) the bundle's wheels (jsonargparse & co.) into $SITE with pip --no-index --target;
+# (2) the CUDA smoke check, pytest -m gpu tests/gpu (a failure stops here, the state untouched);
+# (3) optionally (STEP_BENCH=1) benchmarks/gpu_step.py on the bundle's data; (4) the campaign on
+# the state folder campaigns/state/<plan> with the seconds left; (5) the state folder, cut into
+# pieces of at most 15 MiB (state.tar.partNN), and log.txt to $OUT. Back here:
+# `gpu/unpack.sh FILES_AT` puts the state in place; commit it. Exit status: the campaign's
+# (0 all done, 3 work left, 1 a job failed), 2 when it did not run.
+#
+# CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py): no smoke
+# check, --accelerator cpu. Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S (seconds kept for
+# step 5 and the tool's margin, default 40), CAMPAIGN_ARGS (appended to the campaign's).
+set -uo pipefail
+T0=$(date +%s)
+PLAN=${1:-campaigns/paper_table.yaml}
+STATE=${STATE:-campaigns/state/$(basename "$PLAN" .yaml)}
+BUNDLE=${BUNDLE:-gpu/bundle}
+SITE=${SITE:-/tmp/graphormer-sepnorm-site}
+PY=${PYTHON:-python3}
+LIMIT_S=${LIMIT_S:-600}
+RESERVE_S=${RESERVE_S:-40}
+: "${OUT:?set OUT: the folder whose files come back}"
+mkdir -p "$OUT" "$STATE"
+LOG="$OUT/log.txt"
+say() { echo "[gpu/run.sh +$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
+
+say "plan $PLAN, state $STATE, limit ${LIMIT_S}s, commit ${COMMIT:-unknown}"
+"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target "$SITE" "$BUNDLE"/wheels/*.whl >>"$LOG" 2>&1 || { say "bundle install failed"; exit 2; }
+export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if [ "${CPU:-0}" = 1 ]; then
+    ACCELERATOR=cpu
+else
+    ACCELERATOR=gpu
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
+    timeout 180 "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider >>"$LOG" 2>&1
+    SMOKE=$?
+    say "CUDA smoke check: exit $SMOKE ($(grep -E '[0-9]+ (passed|failed)' "$LOG" | tail -1))"
+    [ "$SMOKE" = 0 ] || exit 2
+fi
+if [ "${STEP_BENCH:-0}" = 1 ]; then
+    timeout 240 "$PY" benchmarks/gpu_step.py --prepared "$BUNDLE/data" >>"$LOG" 2>&1
+    say "gpu_step: $(grep '^gpu_step ' "$LOG" | tail -1)"
+fi
+LEFT=$(( LIMIT_S - ($(date +%s) - T0) - RESERVE_S ))
+say "campaign with ${LEFT}s"
+# shellcheck disable=SC2086
+"$PY" -m graphormer_sepnorm.campaign "$PLAN" "$STATE" --budget-s "$LEFT" \
+    --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" --commit "${COMMIT:-unknown}" \
+    ${CAMPAIGN_ARGS:-} >>"$LOG" 2>&1
+STATUS=$?
+tar -C "$STATE" -cf - . | split -b 15m -d - "$OUT/state.tar.part"
+say "campaign exit $STATUS; state $(du -sk "$STATE" | cut -f1) KiB in $(ls "$OUT"/state.tar.part* | wc -l) piece(s)"
+grep -E "^(campaign |[a-z_]+-(sepnorm|sharenorm)-seed)" "$LOG" | tail -20
+exit $STATUS

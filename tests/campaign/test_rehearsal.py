@@ -1,0 +1,101 @@
+"""The rehearsal of a lent GPU's command, on the CPU: gpu/run.sh, interrupted and resumed.
+
+As on the GPU machine: the bundle's wheels installed with ``pip --no-index --target``, RDKit and
+ogb unimportable, prepared splits only, the state handed back through ``$OUT`` in pieces and
+unpacked for the next command (``gpu/unpack.sh``). The plan (``conftest.write_plan``: a packed
+fit of two seeds, an unpacked one, a MolHIV one, with the GPU preset) run in one command and
+run in many, cut by a budget of seconds and then of steps, must give the same results CSV.
+"""
+
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, REPO, image_env, write_plan
+
+from graphormer_sepnorm.campaign.bundle import BUNDLE_PACKAGES, IMAGE_PACKAGES, download_wheels
+from graphormer_sepnorm.campaign.state import read_rows
+
+
+@pytest.fixture(scope="module")
+def bundle(prepared, tmp_path_factory) -> Path:
+    """A bundle as ``make gpu-bundle`` makes it: wheels and the tiny prepared splits."""
+    folder = tmp_path_factory.mktemp("bundle")
+    made = REPO / "gpu" / "bundle" / "wheels"
+    if made.is_dir() and len(list(made.glob("*.whl"))) == len(BUNDLE_PACKAGES):
+        shutil.copytree(made, folder / "wheels")
+    else:
+        download_wheels(folder / "wheels")
+    shutil.copytree(prepared, folder / "data")
+    return folder
+
+
+def command(plan: Path, state: Path, out: Path, bundle: Path, record: Path,
+            campaign_args: str = "") -> int:
+    env = image_env(OUT=str(out), CPU="1", STATE=str(state), BUNDLE=str(bundle),
+                    SITE=str(bundle.parent / "site"), PYTHON=PYTHON, LIMIT_S="900",
+                    RESERVE_S="0", COMMIT="rehearsal", CAMPAIGN_ARGS=campaign_args,
+                    IMAGE_SITE_RECORD=str(record))
+    done = subprocess.run(["bash", "gpu/run.sh", str(plan)], cwd=REPO, env=env, timeout=900,
+                          capture_output=True, text=True)
+    assert done.returncode in (0, 3), (out / "log.txt").read_text()[-4000:]
+    assert len(list(out.iterdir())) <= 8
+    return done.returncode
+
+
+def unpack(out: Path, state: Path) -> None:
+    subprocess.run(["bash", "gpu/unpack.sh", str(out), str(state)], cwd=REPO, check=True,
+                   capture_output=True)
+
+
+def test_interrupted_and_resumed_ends_with_the_same_results(bundle, tmp_path):
+    plan = write_plan(tmp_path / "rehearsal.yaml")
+    record = tmp_path / "imported.txt"
+    assert command(plan, tmp_path / "whole", tmp_path / "out-whole", bundle, record) == 0
+    unpack(tmp_path / "out-whole", tmp_path / "whole-back")
+    whole = read_rows(tmp_path / "whole-back" / "results.csv")
+    # a budget of 3 s: the first fit stops at its first safe step; then 5 steps a command
+    statuses, state = [], tmp_path / "state-0"
+    for k in range(40):
+        args = "--budget-s 3 --min-start-s 0" if k == 0 else "--budget-steps 5 --min-start-s 0"
+        out = tmp_path / f"out-{k}"
+        statuses.append(command(plan, state, out, bundle, record, args))
+        state = tmp_path / f"state-{k + 1}"
+        unpack(out, state)
+        if statuses[-1] == 0:
+            break
+    assert statuses.count(3) >= 2 and statuses[-1] == 0, statuses
+    pieces = read_rows(state / "results.csv")
+    assert [r["seed"] for r in whole] == ["0", "1", "2", "0"]
+    assert len(pieces) == len(whole)
+    for a, b in zip(whole, pieces, strict=True):
+        for key in ("dataset", "norm", "seed", "best_step", "steps", "monitor", "test_metric"):
+            assert a[key] == b[key], key
+        for key in ("best_val", "test_value"):
+            assert float(b[key]) == pytest.approx(float(a[key]), abs=1e-6), key
+        assert int(a["chunks"]) == 1
+    assert max(int(r["chunks"]) for r in pieces) >= 3  # resumed more than once
+    assert pieces[0]["best_step"] != "" and float(whole[0]["best_val"]) > 0
+    check_imports(record)
+
+
+def check_imports(record: Path) -> None:
+    """Every module those processes imported is the standard library's, the package's, the
+    image's or the bundle's."""
+    allowed = {_norm(line) for line in IMAGE_PACKAGES.read_text().splitlines()
+               if line and not line.startswith("#")} | {_norm(p) for p in BUNDLE_PACKAGES}
+    owners = importlib.metadata.packages_distributions()
+    names = set(record.read_text().split())
+    foreign = {name: owners[name] for name in names
+               if name in owners and name not in sys.stdlib_module_names
+               and name != "graphormer_sepnorm"
+               and not {_norm(d) for d in owners[name]} & allowed}
+    assert not foreign, f"imported, but neither on the GPU image nor in the bundle: {foreign}"
+    assert {"rdkit", "ogb"}.isdisjoint(names) and "jsonargparse" in names
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(".", "-")

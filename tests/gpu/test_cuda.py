@@ -1,0 +1,142 @@
+"""CUDA checks, run by a lent GPU's smoke check (``gpu/run.sh``); skipped without CUDA.
+
+What only a GPU can show: the grid batch computes the collated batch's function in float32 on
+CUDA, the compiled model the eager one's, a bf16-mixed fit trains, and K=2 packed replicas train
+as two single runs. Only RDKit-free modules are imported (the GPU image has no RDKit); together
+they take well under a minute (most of it compiling).
+"""
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from graphs import ATOM_DIMS, BOND_DIMS, random_graph
+
+from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
+from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+CUDA = torch.device("cuda")
+NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+
+
+def graphs():
+    """Sizes 1 to 30 and disconnected ones, with targets."""
+    out = [random_graph(n, s, p=0.3, y=float(s)) for s, n in enumerate([3, 30, 5, 22, 8, 4, 12])]
+    out += [random_graph(9, seed=40, p=0.05, y=1.0), random_graph(1, seed=41, y=2.0)]
+    return add_shortest_paths(out)
+
+
+def model(dtype=torch.float32, **kwargs) -> Graphormer:
+    torch.manual_seed(0)
+    config = GraphormerConfig(tuple(ATOM_DIMS), tuple(BOND_DIMS), num_tasks=1, num_layers=3,
+                              hidden_dim=16, ffn_dim=24, num_heads=4, multi_hop_max_dist=5,
+                              **(NO_DROPOUT | kwargs))
+    net = Graphormer(config).to(CUDA, dtype)
+    for parameter in net.parameters():  # away from the initialization's symmetries
+        parameter.data.add_(torch.randn_like(parameter) * 0.1)
+    return net
+
+
+def forward_backward(net: Graphormer, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    net.train().zero_grad()
+    out = net(batch)
+    out.pow(2).sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in net.named_parameters()
+                          if p.grad is not None}
+
+
+def assert_close_all(a, b, tolerance: float) -> None:
+    torch.testing.assert_close(a[0], b[0], rtol=tolerance, atol=tolerance)
+    assert a[1].keys() == b[1].keys()
+    for name, grad in a[1].items():
+        torch.testing.assert_close(grad, b[1][name], rtol=tolerance, atol=tolerance, msg=name)
+
+
+def test_grid_batch_equals_collated_batch_in_float32():
+    data = graphs()
+    collated = GraphormerCollator(multi_hop_max_dist=5)(data).to(CUDA)
+    store = GridGraphs(data, multi_hop_max_dist=5, device=CUDA)
+    index = torch.arange(len(data), device=CUDA)
+    grid = store.batch(index, store.length_for(index.cpu().numpy()))
+    net = model()
+    assert_close_all(forward_backward(net, collated), forward_backward(copy.deepcopy(net), grid),
+                     1e-4)
+
+
+def test_compiled_equals_eager():
+    data = graphs()
+    store = GridGraphs(data, multi_hop_max_dist=5, device=CUDA)
+    index = torch.arange(len(data), device=CUDA)
+    batch = store.batch(index, store.length_for(index.cpu().numpy()))
+    eager = model()
+    compiled = copy.deepcopy(eager)
+    compiled.compile()
+    assert_close_all(forward_backward(eager, batch), forward_backward(compiled, batch), 1e-4)
+
+
+def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas():
+    from lightning.pytorch import Trainer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from gpu_step import ListDataModule, synthetic
+
+    from graphormer_sepnorm.training.module import GraphormerModule
+
+    data = ListDataModule("zinc_subset", synthetic("zinc_subset", 64), batch_size=16,
+                          engine="device", replica_seeds=[0, 1])
+    config = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
+                              multi_hop_max_dist=5)
+    module = GraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],
+                              warmup_steps=1, total_steps=6, compile="default")
+    trainer = Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=6,
+                      logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      gradient_clip_val=5.0, val_check_interval=3,
+                      check_val_every_n_epoch=None, deterministic=False)
+    trainer.fit(module, data)
+    assert trainer.global_step == 6
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    assert torch.isfinite(trainer.callback_metrics["val/mae"])
+    statistics = [b for n, b in module.named_buffers() if "running" in n]
+    assert statistics and all(b.dtype == torch.float32 for b in statistics)
+
+
+def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
+    from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
+
+    data = graphs()
+    store = GridGraphs(data, multi_hop_max_dist=5, device=CUDA)
+    first, second = model(torch.float64), model(torch.float64)
+    with torch.no_grad():
+        for parameter in second.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    gen = torch.Generator().manual_seed(0)
+    batches = torch.stack([torch.stack([torch.randperm(len(data), generator=gen)[:4]
+                                        for _ in range(2)]) for _ in range(4)]).to(CUDA)
+    packed = PackedReplicas([first, second])
+    optimizer = torch.optim.AdamW(packed.parameters(), lr=1e-2)
+    for index in batches:
+        batch = store.batch(index, 32)
+        loss = sum(torch.nn.functional.mse_loss(o, y) for o, y in
+                   zip(packed(batch), batch.y, strict=True))
+        optimizer.zero_grad()
+        loss.backward()
+        clip_grad_norm_per_replica(list(packed.parameters()), 0.05)
+        optimizer.step()
+    for r, single in enumerate([first, second]):
+        optimizer = torch.optim.AdamW(single.parameters(), lr=1e-2)
+        for index in batches[:, r]:
+            batch = store.batch(index, 32)
+            loss = torch.nn.functional.mse_loss(single(batch), batch.y)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(single.parameters(), 0.05)
+            optimizer.step()
+        got = packed.replica(r).state_dict()
+        for name, value in single.state_dict().items():
+            torch.testing.assert_close(got[name].to(CUDA), value, rtol=1e-6, atol=1e-6,
+                                       msg=name)
