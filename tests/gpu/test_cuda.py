@@ -79,7 +79,7 @@ def test_compiled_equals_eager():
     assert_close_all(forward_backward(eager, batch), forward_backward(compiled, batch), 1e-4)
 
 
-def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas():
+def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
     from lightning.pytorch import Trainer
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -94,6 +94,7 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas():
     module = GraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],
                               warmup_steps=1, total_steps=6, compile="default")
     trainer = Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=6,
+                      default_root_dir=tmp_path,
                       logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       gradient_clip_val=5.0, val_check_interval=3,
                       check_val_every_n_epoch=None, deterministic=False)
