@@ -52,8 +52,11 @@ class PackedGraphormerModule(GraphormerModule):
         checkpoint["replica_best_val"] = list(self.best_val)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restores each replica's best (else the first validation after a resume would
-        overwrite every ``replicas/seed<s>.ckpt``, better or not)."""
+        """Restores each replica's best validation metric.
+
+        Else the first validation after a resume would overwrite every
+        ``replicas/seed<s>.ckpt``, better or not.
+        """
         super().on_load_checkpoint(checkpoint)
         saved = checkpoint.get("replica_best_val")
         if saved is not None and len(saved) == len(self.seeds):
