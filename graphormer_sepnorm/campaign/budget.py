@@ -150,6 +150,10 @@ class CampaignCheckpoint(Callback):
         metric = pl_module.task.metric_name
         values = self._values(trainer, metric)
         self.history.append({"step": trainer.global_step, **values})
+        rate = f", {1 / self._step_s:.1f} steps/s" if self._step_s else ""
+        print(f"{self.job.folder.name}: step {trainer.global_step}/{trainer.max_steps} val/"
+              f"{metric} " + " ".join(f"{v:.4f}" for v in values.values())
+              + f" ({self._val_s:.1f} s{rate})", flush=True)
         lower = metric == "mae"
         for index, seed in enumerate(self.seeds):
             value, best = values[str(seed)], self.best.get(str(seed))
