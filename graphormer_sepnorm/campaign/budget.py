@@ -151,7 +151,8 @@ class CampaignCheckpoint(Callback):
         values = self._values(trainer, metric)
         self.history.append({"step": trainer.global_step, **values})
         rate = f", {1 / self._step_s:.1f} steps/s" if self._step_s else ""
-        print(f"{self.job.folder.name}: step {trainer.global_step}/{trainer.max_steps} val/"
+        total = int(trainer.estimated_stepping_batches)
+        print(f"{self.job.folder.name}: step {trainer.global_step}/{total} val/"
               f"{metric} " + " ".join(f"{v:.4f}" for v in values.values())
               + f" ({self._val_s:.1f} s{rate})", flush=True)
         lower = metric == "mae"
