@@ -23,6 +23,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
+from graphormer_sepnorm.checkpoints import BUNDLED_CHECKPOINTS, bundled_checkpoint_path
 from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.training import checkpoint_format
 
@@ -81,12 +82,6 @@ def init_model_from(model: nn.Module, path: str | Path) -> InitReport:
         FileNotFoundError: No such file.
         ValueError: Not a Graphormer checkpoint, or a model of another architecture.
     """
-    # imported here: prediction's checkpoint loading imports the training module, which imports us
-    from graphormer_sepnorm.prediction.checkpoints import (
-        BUNDLED_CHECKPOINTS,
-        bundled_checkpoint_path,
-    )
-
     if not Path(path).is_file() and str(path) in BUNDLED_CHECKPOINTS:
         path = bundled_checkpoint_path(str(path))
     if not Path(path).is_file():
