@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import torch
 
-from graphormer_sepnorm.featurizers import OgbFeaturizer
+from graphormer_sepnorm.chem.featurizers import OgbFeaturizer
 from graphormer_sepnorm.nn.fingerprint_gp import FingerprintGP, feature_slices
 
 NAMES = ["rdkit2d", "morgan"]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from graphormer_sepnorm.featurizers import ZincFeaturizer
+from graphormer_sepnorm.chem.featurizers import ZincFeaturizer
 from graphormer_sepnorm.nn import GraphormerConfig
 from graphormer_sepnorm.prediction.engine import default_num_workers
 from graphormer_sepnorm.prediction.runner import predict_file

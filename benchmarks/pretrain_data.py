@@ -23,16 +23,16 @@ Descriptor selection and transforms are fitted on the training rows only:
 
 The fitted spec (descriptor, transform, clip bounds, mean, std) goes to ``--spec-out``;
 ``--spec-in`` applies a saved spec instead of fitting one, so the targets are reproducible. The
-package's spec, ``graphormer_sepnorm/rdkit2d_descriptors.json``, is the one the bundled
+package's spec, ``graphormer_sepnorm/chem/rdkit2d_descriptors.json``, is the one the bundled
 ``pretrained`` model learned and the ``rdkit2d`` molecule features apply
-(:mod:`graphormer_sepnorm.mol_features`); it was fitted with ``--sample 120000``.
+(:mod:`graphormer_sepnorm.chem.mol_features`); it was fitted with ``--sample 120000``.
 
 Splits: ZINC train+val rows are ``train`` except a random ``--val-fraction`` that is ``val``;
 ZINC test rows are ``test``. ``--sample N`` keeps a random N of the train+val rows (all test
 rows are kept).
 
     OMP_NUM_THREADS=1 python benchmarks/pretrain_data.py --workers 2 \
-        --spec-in graphormer_sepnorm/rdkit2d_descriptors.json \
+        --spec-in graphormer_sepnorm/chem/rdkit2d_descriptors.json \
         --out data/pretrain/zinc_descriptors_full.csv
 """
 
@@ -51,7 +51,7 @@ import numpy as np
 from rdkit import Chem, RDLogger, rdBase
 from rdkit.Chem import Descriptors
 
-from graphormer_sepnorm.mol_features import SPEC_PATH, apply_transform, transform_descriptors
+from graphormer_sepnorm.chem.mol_features import SPEC_PATH, apply_transform, transform_descriptors
 
 ROOT = Path(__file__).resolve().parents[1]
 ZINC_DIR = Path("/work/shared/data/ZINC")

@@ -16,8 +16,8 @@ from rdkit.Chem.Draw import rdMolDraw2D
 from torch import Tensor
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.chem.featurizers import ZINC_ATOM_VOCAB
 from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.featurizers import ZINC_ATOM_VOCAB
 from graphormer_sepnorm.nn.model import Graphormer
 
 if TYPE_CHECKING:

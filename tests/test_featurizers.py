@@ -11,8 +11,8 @@ import pytest
 import torch
 from ogb.utils import smiles2graph
 
-from graphormer_sepnorm import featurizers as fz
-from graphormer_sepnorm.featurizers import (
+from graphormer_sepnorm.chem import featurizers as fz
+from graphormer_sepnorm.chem.featurizers import (
     ZINC_ATOM_VOCAB,
     FeaturizationError,
     OgbFeaturizer,

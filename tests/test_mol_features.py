@@ -8,9 +8,13 @@ import torch
 from rdkit import Chem
 from rdkit.Chem import Descriptors
 
-from graphormer_sepnorm import mol_features as mf
+from graphormer_sepnorm.chem import mol_features as mf
+from graphormer_sepnorm.chem.featurizers import (
+    OgbFeaturizer,
+    build_featurizer,
+    featurizer_from_config,
+)
 from graphormer_sepnorm.data import GraphormerCollator
-from graphormer_sepnorm.featurizers import OgbFeaturizer, build_featurizer, featurizer_from_config
 
 
 def test_transform_descriptors_by_hand():
@@ -97,7 +101,7 @@ def test_collator_stacks_features_and_refuses_a_mixed_batch():
 
 
 def test_layout_without_rdkit_matches_the_generators():
-    from graphormer_sepnorm.mol_feature_layout import feature_columns, mol_feature_dim
+    from graphormer_sepnorm.chem.layout import feature_columns, mol_feature_dim
 
     generators = mf.build_mol_features(["rdkit2d", "morgan"])
     assert [mol_feature_dim(g.name) for g in generators] == [g.dim for g in generators]

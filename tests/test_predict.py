@@ -10,8 +10,8 @@ import pytest
 import torch
 from tiny_data import SMILES, featurize_with_paths
 
+from graphormer_sepnorm.chem.featurizers import OgbFeaturizer, ZincFeaturizer
 from graphormer_sepnorm.data import GraphormerCollator
-from graphormer_sepnorm.featurizers import OgbFeaturizer, ZincFeaturizer
 from graphormer_sepnorm.nn import GraphormerConfig
 from graphormer_sepnorm.predict import main, predict_smiles
 from graphormer_sepnorm.prediction import CheckpointError, Predictor, load_checkpoint

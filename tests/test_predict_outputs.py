@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_predict import make_module, save
 
-from graphormer_sepnorm.featurizers import ZincFeaturizer
+from graphormer_sepnorm.chem.featurizers import ZincFeaturizer
 from graphormer_sepnorm.predict import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -4,8 +4,8 @@ import numpy as np
 import torch
 from tiny_data import SMILES, featurize_with_paths
 
+from graphormer_sepnorm.chem.featurizers import OgbFeaturizer, ZincFeaturizer
 from graphormer_sepnorm.data import GraphormerCollator
-from graphormer_sepnorm.featurizers import OgbFeaturizer, ZincFeaturizer
 from graphormer_sepnorm.prediction.prepare import (
     pack,
     pack_batch,

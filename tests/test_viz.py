@@ -6,8 +6,8 @@ import torch
 from graphs import ATOM_DIMS, BOND_DIMS, random_graph
 from rdkit import Chem
 
+from graphormer_sepnorm.chem.featurizers import ZincFeaturizer
 from graphormer_sepnorm.data import GraphormerCollator
-from graphormer_sepnorm.featurizers import ZincFeaturizer
 from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
 from graphormer_sepnorm.viz import (
     _atom_colours,

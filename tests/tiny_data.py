@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from ogb.utils import smiles2graph
 
+from graphormer_sepnorm.chem.featurizers import ZincFeaturizer, featurize_many
 from graphormer_sepnorm.data import add_shortest_paths
-from graphormer_sepnorm.featurizers import ZincFeaturizer, featurize_many
 
 SMILES = [
     "CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CCNCC1", "CC(C)Cc1ccc(C(C)C(=O)O)cc1",

@@ -58,7 +58,7 @@ class MolHIVDataModule(GraphDataModule):
     @property
     def dataset_info(self) -> dict[str, Any]:
         """Binary classification on OGB's atom and bond features."""
-        from graphormer_sepnorm.featurizers import OgbFeaturizer
+        from graphormer_sepnorm.chem.featurizers import OgbFeaturizer
 
         return make_dataset_info("ogbg-molhiv", "binary", [MOLHIV_TARGET], OgbFeaturizer())
 

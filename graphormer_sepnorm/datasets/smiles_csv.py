@@ -17,13 +17,13 @@ from rdkit import rdBase
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.chem.featurizers import build_featurizer, featurize_many
 from graphormer_sepnorm.datasets.base import (
     Engine,
     GraphDataModule,
     TrainBatches,
     make_dataset_info,
 )
-from graphormer_sepnorm.featurizers import build_featurizer, featurize_many
 
 SPLIT_VALUES = {"train": "train", "val": "val", "valid": "val", "validation": "val",
                 "test": "test"}
@@ -209,7 +209,7 @@ class SmilesCSVDataModule(GraphDataModule):
         featurizer: ``'ogb'`` (9 atom, 3 bond features) or ``'zinc'`` (ZINC's atom tokens).
         mol_features: molecule features the head reads beside the graph token, computed by the
             featurizer and recorded with it in the checkpoint
-            (:mod:`~graphormer_sepnorm.mol_features`): ``'rdkit2d'`` (174 standardized RDKit
+            (:mod:`~graphormer_sepnorm.chem.mol_features`): ``'rdkit2d'`` (174 standardized RDKit
             2D descriptors), ``'morgan'`` (Morgan counts, radius 2, 2,048 bits). Default: none.
         max_atoms: larger molecules count as invalid SMILES; ``None`` for no limit.
         split: ``'scaffold'``, ``'random'`` or ``'column'``. Default: ``'scaffold'``.

@@ -48,7 +48,7 @@ class ZINCDataModule(GraphDataModule):
     @property
     def dataset_info(self) -> dict[str, Any]:
         """Regression of ``penalized_logp`` on ZINC's 28 atom and 4 bond types."""
-        from graphormer_sepnorm.featurizers import ZincFeaturizer
+        from graphormer_sepnorm.chem.featurizers import ZincFeaturizer
 
         return make_dataset_info("zinc_subset" if self.subset else "zinc", "regression",
                                  [ZINC_TARGET], ZincFeaturizer())

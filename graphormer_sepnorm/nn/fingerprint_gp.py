@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.mol_feature_layout import feature_columns
+from graphormer_sepnorm.chem.layout import feature_columns
 
 __all__ = ["FingerprintGP", "feature_slices"]
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import torch
 
+from graphormer_sepnorm.chem.featurizers import featurizer_from_config
 from graphormer_sepnorm.data import GraphormerBatch, GraphormerCollator
-from graphormer_sepnorm.featurizers import featurizer_from_config
 from graphormer_sepnorm.prediction.prepare import (
     PreparedChunk,
     init_worker,

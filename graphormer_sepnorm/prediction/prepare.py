@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphormer_sepnorm.chem.featurizers import Featurizer, featurize_many, featurizer_from_config
 from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
 from graphormer_sepnorm.data.shortest_paths import batched_shortest_paths
-from graphormer_sepnorm.featurizers import Featurizer, featurize_many, featurizer_from_config
 
 PackedBatch = dict[str, np.ndarray | None]
 

@@ -45,8 +45,8 @@ def test_fit_from_prepared_splits_without_rdkit(prepared, tmp_path, monkeypatch)
 
 
 def test_molecule_features_are_saved_and_read_back(tmp_path):
+    from graphormer_sepnorm.chem.featurizers import OgbFeaturizer
     from graphormer_sepnorm.datasets.prepared import load_graphs, save_graphs
-    from graphormer_sepnorm.featurizers import OgbFeaturizer
 
     featurizer = OgbFeaturizer(mol_features=["rdkit2d"])
     graphs = [featurizer(s) for s in ("CCO", "c1ccccc1N")]

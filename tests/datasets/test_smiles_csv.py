@@ -12,9 +12,9 @@ import pytest
 import torch
 from tiny_data import SMILES
 
+from graphormer_sepnorm.chem.featurizers import featurizer_from_config
 from graphormer_sepnorm.datasets import SmilesCSVDataModule
 from graphormer_sepnorm.datasets.smiles_csv import murcko_scaffold, scaffold_split
-from graphormer_sepnorm.featurizers import featurizer_from_config
 
 CONFIG = Path(__file__).parents[2] / "configs" / "smiles_csv.yaml"
 

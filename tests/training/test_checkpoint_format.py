@@ -8,8 +8,8 @@ from old_format import downgrade
 from tiny_data import SMILES, featurize_with_paths
 from torch.utils.data import DataLoader
 
+from graphormer_sepnorm.chem.featurizers import ZincFeaturizer
 from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
-from graphormer_sepnorm.featurizers import ZincFeaturizer
 from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.prediction import load_checkpoint
 from graphormer_sepnorm.prediction.checkpoints import export_checkpoint

@@ -3,7 +3,7 @@
 A :class:`Featurizer` turns one SMILES string into a :class:`torch_geometric.data.Data` with long
 ``x`` ``[N, F_node]``, ``edge_index`` ``[2, E]`` (both directions of each bond) and ``edge_attr``
 ``[E, F_edge]`` (and, with molecule features, float ``mol_x`` ``[1, F_mol]``: see
-:mod:`~graphormer_sepnorm.mol_features`), or raises :class:`FeaturizationError` with a short
+:mod:`~graphormer_sepnorm.chem.mol_features`), or raises :class:`FeaturizationError` with a short
 reason for the user. The same
 graph as plain numpy arrays (:meth:`~Featurizer.arrays`) is what prediction workers send between
 processes. Its :meth:`~Featurizer.to_config` is plain JSON-able data, so it travels inside a
@@ -22,9 +22,9 @@ from ogb.utils import features as ogb_features
 from rdkit import Chem, rdBase
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.mol_features import MolFeatures, build_mol_features
-from graphormer_sepnorm.ogb_features import atom_features, bond_features
-from graphormer_sepnorm.smiles import FeaturizationError, parse_smiles
+from graphormer_sepnorm.chem.mol_features import MolFeatures, build_mol_features
+from graphormer_sepnorm.chem.ogb_features import atom_features, bond_features
+from graphormer_sepnorm.chem.smiles import FeaturizationError, parse_smiles
 
 __all__ = ['ZINC_ATOM_VOCAB', 'FeaturizationError', 'Featurizer', 'GraphArrays', 'OgbFeaturizer',
            'ZincFeaturizer', 'build_featurizer', 'featurize_many', 'featurizer_from_config',
@@ -87,7 +87,7 @@ class Featurizer(ABC):
         edge_feature_dims: Vocabulary size of each column of ``edge_attr``.
         max_atoms: Molecules with more (heavy) atoms are refused; ``None`` for no limit.
         mol_features: Names of the molecule features computed beside the graph
-            (:data:`~graphormer_sepnorm.mol_features.MOL_FEATURES`), in order.
+            (:data:`~graphormer_sepnorm.chem.mol_features.MOL_FEATURES`), in order.
         mol_feature_dim: Length of their concatenation (0 without).
     """
 
@@ -242,7 +242,7 @@ class OgbFeaturizer(Featurizer):
     """OGB's molecule features, exactly as ``ogb.utils.smiles2graph`` (9 atom, 3 bond columns).
 
     The SMILES is parsed once, checked, and featurized with OGB's feature lists (lookups cached,
-    :mod:`graphormer_sepnorm.ogb_features`); edges come in smiles2graph's order ((i, j), (j, i)
+    :mod:`graphormer_sepnorm.chem.ogb_features`); edges come in smiles2graph's order ((i, j), (j, i)
     per bond).
 
     Args:

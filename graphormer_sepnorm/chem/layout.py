@@ -3,7 +3,7 @@
 The model (``mol_feature_dim``) and the fingerprint GP (which columns are Morgan counts, which
 descriptors) need only where each feature sits in ``mol_x``, not how it is computed, so training
 from prepared arrays on a machine without RDKit imports this and never
-:mod:`~graphormer_sepnorm.mol_features` (whose generators compute the values with RDKit).
+:mod:`~graphormer_sepnorm.chem.mol_features` (whose generators compute the values with RDKit).
 """
 
 from __future__ import annotations

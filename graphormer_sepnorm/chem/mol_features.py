@@ -27,7 +27,7 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
-from graphormer_sepnorm.mol_feature_layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
+from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "MolFeatures", "MorganCounts", "RDKit2D",
            "apply_transform", "build_mol_features", "descriptor_spec", "transform_descriptors"]
