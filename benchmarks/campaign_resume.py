@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "campaign"))
 from conftest import TINY_ARGS, write_plan  # noqa: E402
 
-from graphormer_sepnorm.campaign.state import read_rows, split_checkpoint  # noqa: E402
+from graphormer_sepnorm.campaign.state import split_checkpoint  # noqa: E402
+from graphormer_sepnorm.experiment import read_rows  # noqa: E402
 
 
 def prepare(folder: Path) -> Path:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import fcntl
 import json
 import os
 import platform
@@ -219,14 +220,20 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 
 def append_row(path: Path, row: dict[str, Any], fields: list[str] = FIELDS) -> None:
-    """Appends one run (its ``fields``), writing the header first in a new file."""
-    new = not path.is_file()
+    """Appends one run (its ``fields``; absent ones empty), the header first in a new file.
+
+    Under a lock: two processes (a grid's, a campaign's) may append to one file.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        if new:
-            writer.writeheader()
-        writer.writerow({k: row[k] for k in fields})
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            if f.tell() == 0:
+                writer.writeheader()
+            writer.writerow({k: row.get(k, "") for k in fields})
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def mean_std(values: list[float], digits: int = 4) -> str:

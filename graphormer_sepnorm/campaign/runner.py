@@ -24,13 +24,8 @@ import torch
 
 from graphormer_sepnorm.campaign.jobs import Options, fit_chunk, scratch_folder, test_seeds
 from graphormer_sepnorm.campaign.plan import Job, Plan, load_plan, select
-from graphormer_sepnorm.campaign.state import (
-    JobState,
-    append_row,
-    atomic_write_text,
-    read_rows,
-    remove_tree,
-)
+from graphormer_sepnorm.campaign.state import FIELDS, JobState, atomic_write_text, remove_tree
+from graphormer_sepnorm.experiment import append_row, read_rows, summary_table
 
 __all__ = ["main"]
 MAX_FAILURES = 2
@@ -85,8 +80,6 @@ def device_name(accelerator: str) -> str:
 
 def write_summary(state_dir: Path, plan: Plan) -> None:
     """``results.md``: mean ± std per dataset and norm, and the jobs still to do."""
-    from graphormer_sepnorm.experiment import summary_table
-
     rows = read_rows(state_dir / "results.csv")
     done = {r["job"] for r in rows}
     left = [j.name for j in plan.jobs if j.name not in done]
@@ -114,7 +107,7 @@ def run_job(job: Job, state: JobState, options: Options, deadline: float,
         print(f"{job.name}: fit done; its tests wait for the next command", flush=True)
         return False, steps
     for row in test_seeds(job, state, options):
-        append_row(state.folder.parent.parent / "results.csv", {**row, **meta})
+        append_row(state.folder.parent.parent / "results.csv", {**row, **meta}, FIELDS)
         print(f"{job.name}: seed {row['seed']} {row['test_metric']} {row['test_value']:.4f} "
               f"(best {row['monitor']} {row['best_val']:.4f} at step {row['best_step']})",
               flush=True)

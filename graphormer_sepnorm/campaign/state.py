@@ -19,8 +19,6 @@ uninterrupted run to the bit, which float32 does: ``tests/campaign``).
 
 from __future__ import annotations
 
-import csv
-import fcntl
 import json
 import os
 import shutil
@@ -30,8 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["FIELDS", "JobState", "append_row", "join_checkpoint", "read_rows",
-           "split_checkpoint"]
+__all__ = ["FIELDS", "JobState", "join_checkpoint", "split_checkpoint"]
 
 #: The results CSV's columns.
 FIELDS = ["dataset", "norm", "seed", "monitor", "best_val", "best_step", "test_metric",
@@ -181,28 +178,6 @@ class JobState:
         if keep_best == "first":
             for seed in seeds[1:]:
                 self.best_path(seed).unlink(missing_ok=True)
-
-
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """A results CSV's rows (none if it does not exist)."""
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def append_row(path: Path, row: dict[str, Any], fields: list[str] = FIELDS) -> None:
-    """Appends a row under a lock (two campaign commands may share a state folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", newline="") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            writer = csv.DictWriter(f, fieldnames=fields)
-            if f.tell() == 0:
-                writer.writeheader()
-            writer.writerow({k: row.get(k, "") for k in fields})
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def remove_tree(path: Path) -> None:

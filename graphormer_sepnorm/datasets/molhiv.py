@@ -9,9 +9,7 @@ import torch
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.datasets.base import (
-    Engine,
     GraphDataModule,
-    TrainBatches,
     make_dataset_info,
 )
 from graphormer_sepnorm.datasets.mirror import DatasetUnavailableError, prepare_raw, unavailable
@@ -45,13 +43,8 @@ class MolHIVDataModule(GraphDataModule):
         **kwargs: see :class:`~graphormer_sepnorm.datasets.base.GraphDataModule`.
     """
 
-    def __init__(self, mirror: str | None = None, root: str = "data", batch_size: int = 256,
-                 eval_batch_size: int | None = None, num_workers: int = 0,
-                 multi_hop_max_dist: int = 20, seed: int = 0,
-                 train_batches: TrainBatches = "random", engine: Engine = "loader",
-                 replica_seeds: list[int] | None = None) -> None:
-        super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
-                         seed, train_batches, engine, replica_seeds)
+    def __init__(self, mirror: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.mirror = mirror
         self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.datasets.base import SPLITS, Engine, GraphDataModule, TrainBatches
+from graphormer_sepnorm.datasets.base import SPLITS, GraphDataModule
 
 
 def save_graphs(path: Path, graphs: Sequence[Data]) -> None:
@@ -84,13 +84,8 @@ class PreparedDataModule(GraphDataModule):
             unused).
     """
 
-    def __init__(self, path: str, root: str = "data", batch_size: int = 256,
-                 eval_batch_size: int | None = None, num_workers: int = 0,
-                 multi_hop_max_dist: int = 20, seed: int = 0,
-                 train_batches: TrainBatches = "random", engine: Engine = "loader",
-                 replica_seeds: list[int] | None = None) -> None:
-        super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
-                         seed, train_batches, engine, replica_seeds)
+    def __init__(self, path: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.path = path
         self.save_hyperparameters()
 

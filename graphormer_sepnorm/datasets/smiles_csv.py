@@ -19,9 +19,7 @@ from torch_geometric.data import Data
 
 from graphormer_sepnorm.chem.featurizers import build_featurizer, featurize_many
 from graphormer_sepnorm.datasets.base import (
-    Engine,
     GraphDataModule,
-    TrainBatches,
     make_dataset_info,
 )
 
@@ -217,9 +215,8 @@ class SmilesCSVDataModule(GraphDataModule):
         split_sizes: train, val, test shares for scaffold and random splits (sum 1).
         split_seed: seed of the random split. Default: 0.
         on_invalid: ``'error'`` or ``'skip'`` rows with a SMILES that cannot be featurized.
-        root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist, seed,
-            train_batches: see :class:`~graphormer_sepnorm.datasets.base.GraphDataModule`
-            (``root`` is unused: nothing is cached on disk).
+        **kwargs: see :class:`~graphormer_sepnorm.datasets.base.GraphDataModule` (``root`` is
+            unused: nothing is cached on disk).
     """
 
     def __init__(self, path: str, target_columns: list[str] | str, smiles_column: str = "smiles",
@@ -228,13 +225,8 @@ class SmilesCSVDataModule(GraphDataModule):
                  split: Literal["random", "scaffold", "column"] = "scaffold",
                  split_column: str = "split",
                  split_sizes: tuple[float, float, float] = (0.8, 0.1, 0.1), split_seed: int = 0,
-                 on_invalid: Literal["error", "skip"] = "error", root: str = "data",
-                 batch_size: int = 256, eval_batch_size: int | None = None,
-                 num_workers: int = 0, multi_hop_max_dist: int = 20, seed: int = 0,
-                 train_batches: TrainBatches = "random", engine: Engine = "loader",
-                 replica_seeds: list[int] | None = None) -> None:
-        super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
-                         seed, train_batches, engine, replica_seeds)
+                 on_invalid: Literal["error", "skip"] = "error", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
         columns = [target_columns] if isinstance(target_columns, str) else list(target_columns)
         _check_choice("task", task, ("regression", "binary"))

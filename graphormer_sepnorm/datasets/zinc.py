@@ -9,9 +9,7 @@ from torch_geometric.data import Data
 from torch_geometric.datasets import ZINC
 
 from graphormer_sepnorm.datasets.base import (
-    Engine,
     GraphDataModule,
-    TrainBatches,
     make_dataset_info,
 )
 from graphormer_sepnorm.datasets.mirror import prepare_raw, unavailable
@@ -34,13 +32,8 @@ class ZINCDataModule(GraphDataModule):
         **kwargs: see :class:`~graphormer_sepnorm.datasets.base.GraphDataModule`.
     """
 
-    def __init__(self, subset: bool = True, mirror: str | None = None, root: str = "data",
-                 batch_size: int = 256, eval_batch_size: int | None = None,
-                 num_workers: int = 0, multi_hop_max_dist: int = 20, seed: int = 0,
-                 train_batches: TrainBatches = "random", engine: Engine = "loader",
-                 replica_seeds: list[int] | None = None) -> None:
-        super().__init__(root, batch_size, eval_batch_size, num_workers, multi_hop_max_dist,
-                         seed, train_batches, engine, replica_seeds)
+    def __init__(self, subset: bool = True, mirror: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.subset = subset
         self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
         self.mirror = mirror

@@ -17,7 +17,7 @@ import pytest
 from conftest import PYTHON, REPO, image_env, write_plan
 
 from graphormer_sepnorm.campaign.bundle import BUNDLE_PACKAGES, IMAGE_PACKAGES, download_wheels
-from graphormer_sepnorm.campaign.state import read_rows
+from graphormer_sepnorm.experiment import read_rows
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,8 @@
 import pytest
 import torch
 
-from graphormer_sepnorm.campaign.state import (
-    JobState,
-    append_row,
-    join_checkpoint,
-    read_rows,
-    split_checkpoint,
-)
+from graphormer_sepnorm.campaign.state import FIELDS, JobState, join_checkpoint, split_checkpoint
+from graphormer_sepnorm.experiment import append_row, read_rows
 
 
 def packed_checkpoint(replicas: int = 3) -> dict:
@@ -87,8 +82,8 @@ def test_resume_points_replace_each_other_and_the_recipe_is_checked(tmp_path):
 
 def test_results_rows_are_appended_under_one_header(tmp_path):
     path = tmp_path / "r.csv"
-    append_row(path, {"dataset": "a", "seed": 0})
-    append_row(path, {"dataset": "b", "seed": 1, "ignored": 3})
+    append_row(path, {"dataset": "a", "seed": 0}, FIELDS)
+    append_row(path, {"dataset": "b", "seed": 1, "ignored": 3}, FIELDS)
     rows = read_rows(path)
     assert [(r["dataset"], r["seed"], r["test_value"]) for r in rows] == [("a", "0", ""),
                                                                           ("b", "1", "")]
