@@ -25,6 +25,7 @@ venv: $(BIN)/activate
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 # The notebooks read MolHIV and ZINC-subset from the data root, through the mirror when set.
 LOCAL_MIRROR := $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mirror)
@@ -63,7 +64,7 @@ demo: venv $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mir
 # ZINC-subset and ZINC (about 2.5 minutes with the mirror). See README "On a lent GPU".
 gpu-bundle: venv $(if $(LOCAL_MIRROR),mirror)
 	rm -rf gpu/bundle
-	OMP_NUM_THREADS=1 $(BIN)/python -m graphormer_sepnorm.campaign.bundle gpu/bundle --root data
+	OMP_NUM_THREADS=1 $(BIN)/python -m graphormer_sepnorm.gpu_bundle gpu/bundle --root data
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

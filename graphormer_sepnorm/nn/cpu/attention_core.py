@@ -24,9 +24,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from graphormer_sepnorm.nn.cpu.drop_rate import keep_scale
 from graphormer_sepnorm.nn.cpu.dropout import keep_mask
-
-RECOMPUTE_ABOVE = 1 << 22
-"""Score tensors with more elements than this are recomputed in backward instead of kept."""
+from graphormer_sepnorm.nn.cpu.native.fused_attention import RECOMPUTE_ABOVE
 
 
 def _probabilities(q_t: Tensor, k_t: Tensor, bias: Tensor, scale: float, p: float,

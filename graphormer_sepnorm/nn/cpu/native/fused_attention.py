@@ -7,7 +7,7 @@ take most of an attention block's time, not for the arithmetic but for the passe
 The C kernel does the whole thing per (head, graph) pair and per 8 queries, with the scores in
 L1, and draws the dropout mask from a hash of each score's index instead of storing it. It is
 about twice as fast in forward, and keeps only the probabilities, the dropout mask in their
-sign bits (or, above :data:`~graphormer_sepnorm.nn.cpu.attention_core.RECOMPUTE_ABOVE` scores,
+sign bits (or, above :data:`RECOMPUTE_ABOVE` scores,
 nothing), for backward (``benchmarks/README.md`` has the figures). All size groups of a batch
 (:mod:`~graphormer_sepnorm.nn.cpu.size_groups`) go through one call and one autograd node, each
 group with its own dropout seed (:func:`group_seed`).
@@ -33,10 +33,12 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from graphormer_sepnorm.nn.cpu.attention_core import RECOMPUTE_ABOVE
 from graphormer_sepnorm.nn.cpu.drop_rate import drop_levels, keep_scale
 from graphormer_sepnorm.nn.cpu.native import build
 from graphormer_sepnorm.nn.cpu.native.threads import run_split
+
+RECOMPUTE_ABOVE = 1 << 22
+"""Score tensors with more elements than this are recomputed in backward instead of kept."""
 
 MAX_HEAD_DIM = 16
 """Larger heads would not fit the kernel's registers; they take the plain torch path."""

@@ -10,7 +10,7 @@ a git-ignored folder that travels with the working tree (64 MiB for both), holds
 - ``data/<dataset>/``: prepared splits (:mod:`~graphormer_sepnorm.datasets.prepared`);
 - ``MANIFEST.json``: every file's size and SHA-256, and the bundle's and the tree's sizes.
 
-    python -m graphormer_sepnorm.campaign.bundle gpu/bundle --datasets molhiv zinc_subset zinc
+    python -m graphormer_sepnorm.gpu_bundle gpu/bundle --datasets molhiv zinc_subset zinc
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = ["BUNDLE_PACKAGES", "IMAGE_PACKAGES", "download_wheels", "main", "mani
 #: Needed for training and absent from the GPU image (jsonargparse[signatures] for LightningCLI).
 BUNDLE_PACKAGES = ("jsonargparse", "docstring-parser", "typeshed-client")
 #: The GPU image's Python packages, as the device tool's KINDS.md lists them.
-IMAGE_PACKAGES = Path(__file__).resolve().parents[2] / "gpu" / "image_packages.txt"
+IMAGE_PACKAGES = Path(__file__).resolve().parents[1] / "gpu" / "image_packages.txt"
 LIMIT_MIB = 64
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     download_wheels(args.folder / "wheels")
     write_datasets(args.folder / "data", args.datasets, args.root)
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     info = manifest(args.folder, repo)
     for name, meta in info["files"].items():
         print(f"{meta['bytes'] / 2**20:8.2f} MiB  {name}")
