@@ -1,6 +1,6 @@
 """The fingerprint GP alone on one benchmark set (``benchmarks/small_data.py --methods gp``).
 
-The GP the default config blends in (:class:`~graphormer_sepnorm.nn.fingerprint_gp.FingerprintGP`
+The GP the default config blends in (:class:`~graphormer_sepnorm.ensemble.FingerprintGP`
 on the same ``rdkit2d`` and ``morgan`` features), fitted on the training rows; test MAE and RMSE
 as JSON on stdout's last line. No seed: the fit is deterministic.
 
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from graphormer_sepnorm.chem.featurizers import OgbFeaturizer
-from graphormer_sepnorm.nn.fingerprint_gp import FingerprintGP, feature_slices
+from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP, gp_columns
 
 NAMES = ["rdkit2d", "morgan"]
 
@@ -30,7 +30,7 @@ def main(path: str) -> None:
     y = torch.tensor([[float(r["y"])] for r in rows])
     split = np.array([r["split"] for r in rows])
     train, test = torch.tensor(split == "train"), torch.tensor(split == "test")
-    gp = FingerprintGP(feature_slices(NAMES), 1)
+    gp = FingerprintGP(gp_columns(featurizer.to_config()), 1)
     gp.fit(x[train], y[train])
     with torch.no_grad():
         error = (gp(x[test]) - y[test]).double().numpy()

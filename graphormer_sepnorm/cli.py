@@ -15,6 +15,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerStatus
 
 from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm.ensemble.callback import FingerprintGPBlend
 from graphormer_sepnorm.training.checkpoint_format import upgrade_hparams
 from graphormer_sepnorm.training.from_checkpoint import missing_data_file, with_checkpoint_data
 from graphormer_sepnorm.training.module import GraphormerModule
@@ -32,7 +33,9 @@ class GraphormerCLI(LightningCLI):
 
     ``model.dataset_info`` (task, targets, feature dims, featurizer) comes from the datamodule,
     the datamodule's collator keeps as many hops as the model's edge encoder uses, and packed
-    replicas (``model.seeds``) each draw their own batches (``data.replica_seeds``). ``fit``
+    replicas (``model.seeds``) each draw their own batches (``data.replica_seeds``). ``--gp``
+    configures the fingerprint GP blended with the network
+    (:class:`~graphormer_sepnorm.ensemble.callback.FingerprintGPBlend`). ``fit``
     ends with a summary (:func:`~graphormer_sepnorm.training.report.fit_summary`), with the best
     checkpoint's test metrics unless ``--test_best false``.
     """
@@ -43,6 +46,8 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("model.config.multi_hop_max_dist",
                               "data.init_args.multi_hop_max_dist")
         parser.link_arguments("model.seeds", "data.init_args.replica_seeds")
+        # the fingerprint GP beside the network: --gp.weight (a fit's; else a checkpoint's)
+        parser.add_lightning_class_args(FingerprintGPBlend, "gp")
         parser.add_argument("--test_best", type=bool, default=True,
                             help="fit only: after fitting, test the best checkpoint when the "
                                  "data has a test split, and print its metrics in the summary")

@@ -31,6 +31,7 @@ from graphormer_sepnorm.prediction.checkpoints import (
     DEFAULT_CHECKPOINT,
     CheckpointError,
     load_checkpoint,
+    load_with_blend,
 )
 from graphormer_sepnorm.prediction.engine import Predictor
 from graphormer_sepnorm.prediction.io import InputError
@@ -52,8 +53,10 @@ def predict_smiles(
 
     Args:
         smiles: One SMILES or a sequence of them (``None``/NaN count as empty).
-        checkpoint: A bundled model name (``'molhiv'``, ``'zinc'``), a checkpoint file, or an
-            already loaded :class:`GraphormerModule` (see :func:`load_checkpoint`).
+        checkpoint: A bundled model name (``'molhiv'``, ``'zinc'``), a checkpoint file (with
+            the fingerprint GP saved beside its network, if any: the predictions are then the
+            blend's), or an already loaded :class:`GraphormerModule` (see
+            :func:`load_checkpoint`; the network alone).
         batch_size: Molecules per model batch; results do not depend on it.
         return_embeddings: Also return the graph-token embeddings.
         device: Where the model runs; default: where the module is (CPU for a file).
@@ -70,9 +73,9 @@ def predict_smiles(
         CheckpointError: Unknown, missing or unsafe checkpoint.
     """
     items = [smiles] if isinstance(smiles, str) else list(smiles)
-    module = checkpoint if isinstance(checkpoint, GraphormerModule) else load_checkpoint(
-        checkpoint)
-    with Predictor(module, batch_size, device, num_workers) as predictor:
+    module, blend = (checkpoint, None) if isinstance(checkpoint, GraphormerModule) else \
+        load_with_blend(checkpoint)
+    with Predictor(module, batch_size, device, num_workers, blend=blend) as predictor:
         step = max(1, -(-len(items) // (num_workers + 1)))  # featurized in parallel
         chunks = [items[i:i + step] for i in range(0, len(items), step)] or [[]]
         results = [r for _, r in predictor.predict_stream(chunks, list, return_embeddings)]

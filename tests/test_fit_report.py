@@ -113,7 +113,7 @@ def test_test_and_validate_from_the_checkpoint_alone(tmp_path, capsys, monkeypat
     csv = own_csv(tmp_path / "my.csv", 60)
     # the network alone: with the GP blend, fit validates the network and validate the blend
     # (tests/datasets/test_smiles_csv.py), so the best score would not come back
-    fit = main(fit_args(tmp_path, csv, "--trainer.max_epochs", "2", "--model.gp_weight", "0"))
+    fit = main(fit_args(tmp_path, csv, "--trainer.max_epochs", "2", "--gp.weight", "0"))
     best = fit.trainer.checkpoint_callback.best_model_path
     summary = capsys.readouterr().out
     monkeypatch.chdir(tmp_path)  # elsewhere, no config: Lightning's own logs go here

@@ -22,6 +22,7 @@ from ogb.utils import features as ogb_features
 from rdkit import Chem, rdBase
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.chem.layout import feature_columns
 from graphormer_sepnorm.chem.mol_features import MolFeatures, build_mol_features
 from graphormer_sepnorm.chem.ogb_features import atom_features, bond_features
 from graphormer_sepnorm.chem.smiles import FeaturizationError, parse_smiles
@@ -145,6 +146,9 @@ class Featurizer(ABC):
                   'edge_feature_dims': list(self.edge_feature_dims)}
         if self.mol_features:  # absent otherwise: configs stay those of older checkpoints
             config['mol_features'] = list(self.mol_features)
+            # where each feature sits in mol_x, for what reads them without RDKit (the GP)
+            config['mol_feature_columns'] = {name: list(cols) for name, cols in
+                                             feature_columns(self.mol_features).items()}
         return config
 
 
@@ -294,6 +298,7 @@ def featurizer_from_config(config: dict[str, Any]) -> Featurizer:
     kwargs = dict(config)
     name = kwargs.pop('name', None)
     dims = {key: kwargs.pop(key, None) for key in ('atom_feature_dims', 'edge_feature_dims')}
+    kwargs.pop('mol_feature_columns', None)  # derived from mol_features
     try:
         featurizer = build_featurizer(name, **kwargs)
     except TypeError as e:

@@ -14,6 +14,7 @@ _EXPORTS = {
     "CheckpointError": "checkpoints",
     "bundled_checkpoint_path": "checkpoints",
     "load_checkpoint": "checkpoints",
+    "load_with_blend": "checkpoints",
     "ChunkResult": "engine",
     "Predictor": "engine",
     "prediction_columns": "engine",

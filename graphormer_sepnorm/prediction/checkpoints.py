@@ -23,6 +23,7 @@ from graphormer_sepnorm.checkpoints import (  # noqa: F401 (re-exported: predict
     bundled_checkpoint_path,
     resolve_checkpoint,
 )
+from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.training.checkpoint_format import upgrade
 from graphormer_sepnorm.training.module import GraphormerModule
 
@@ -86,7 +87,8 @@ def load_checkpoint(path_or_name: str | Path = DEFAULT_CHECKPOINT,
     """Loads a checkpoint file or a bundled model (``'molhiv'``, ``'zinc'``) for prediction.
 
     Only ``torch.load(..., weights_only=True)`` is used: a checkpoint that needs arbitrary
-    pickled objects is refused and its payload never runs.
+    pickled objects is refused and its payload never runs. The network alone: a GP saved
+    beside it comes with :func:`load_with_blend`.
 
     Args:
         path_or_name: A checkpoint file, or the name of a bundled model.
@@ -98,9 +100,28 @@ def load_checkpoint(path_or_name: str | Path = DEFAULT_CHECKPOINT,
     Raises:
         CheckpointError: Not found, unsafe, or not a Graphormer checkpoint of this code.
     """
+    return load_with_blend(path_or_name, map_location)[0]
+
+
+def load_with_blend(path_or_name: str | Path = DEFAULT_CHECKPOINT,
+                    map_location: str | torch.device = "cpu"
+                    ) -> tuple[GraphormerModule, BlendedModel | None]:
+    """:func:`load_checkpoint`, and the fingerprint GP blend saved with it, if any.
+
+    Raises:
+        CheckpointError: as :func:`load_checkpoint`, or a blend this code cannot read.
+    """
     path = resolve_checkpoint(path_or_name)
-    module = module_from_payload(_load_weights_only(path, map_location), str(path))
-    return module.to(map_location)
+    payload = upgrade(_load_weights_only(path, map_location))
+    module = module_from_payload(payload, str(path)).to(map_location)
+    entry = payload.get("ensemble")
+    if entry is None:
+        return module, None
+    try:
+        blend = BlendedModel.from_checkpoint(entry, network=module)
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise CheckpointError(f"{path}: its ensemble entry cannot be read: {e}") from None
+    return module, blend.to(map_location).eval()
 
 
 def export_checkpoint(source: str | Path, destination: str | Path,
@@ -126,6 +147,8 @@ def export_checkpoint(source: str | Path, destination: str | Path,
             "hyper_parameters": {k: v for k, v in dict(payload["hyper_parameters"]).items()
                                  if not str(k).startswith("_")},
             "model_card": dict(card or {})}
+    if "ensemble" in payload:  # the GP blended with the network
+        slim["ensemble"] = payload["ensemble"]
     out = Path(destination)
     torch.save(slim, out)
     return out

@@ -21,6 +21,7 @@ import torch
 
 from graphormer_sepnorm.chem.featurizers import featurizer_from_config
 from graphormer_sepnorm.data import GraphormerBatch, GraphormerCollator
+from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.prediction.prepare import (
     PreparedChunk,
     init_worker,
@@ -71,11 +72,14 @@ class Predictor:
         num_workers: Featurization processes; 0 featurizes in this process. Default: 0.
         max_atoms: Largest molecule accepted; default: the checkpoint's featurizer limit, or
             :data:`DEFAULT_MAX_ATOMS` when it sets none.
+        blend: the fingerprint GP saved with the checkpoint
+            (:func:`~graphormer_sepnorm.prediction.checkpoints.load_with_blend`): predictions are
+            then the blend's. Default: none (the network's).
     """
 
     def __init__(self, module: GraphormerModule, batch_size: int = 256,
                  device: str | torch.device | None = None, num_workers: int = 0,
-                 max_atoms: int | None = None) -> None:
+                 max_atoms: int | None = None, blend: BlendedModel | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         info = module.dataset_info
@@ -83,6 +87,7 @@ class Predictor:
         self.featurizer.max_atoms = max_atoms or self.featurizer.max_atoms or DEFAULT_MAX_ATOMS
         self.device = torch.device(device) if device else next(module.parameters()).device
         self.module = module.to(self.device).eval()
+        self.blend = None if blend is None else blend.to(self.device).eval()
         self.columns = prediction_columns(info)
         self.batch_size = batch_size
         self.collator = GraphormerCollator(module.config.multi_hop_max_dist)
@@ -108,9 +113,9 @@ class Predictor:
         return self.module.config.hidden_dim
 
     def _outputs(self, emb: torch.Tensor, batch: GraphormerBatch) -> torch.Tensor:
-        """Same as ``GraphormerModule.forward`` from the graph-token embeddings."""
+        """``GraphormerModule.forward`` from the graph-token embeddings, blended if a GP is."""
         preds = self.module.to_predictions(self.module.model.readout(emb, batch))
-        return self.module.blend_gp(preds, batch)
+        return preds if self.blend is None else self.blend.combine(preds, batch.mol_x)
 
     @torch.inference_mode()
     def run(self, chunk: PreparedChunk, return_embeddings: bool = False) -> ChunkResult:

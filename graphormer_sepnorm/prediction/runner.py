@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from graphormer_sepnorm.prediction.checkpoints import DEFAULT_CHECKPOINT, load_checkpoint
+from graphormer_sepnorm.prediction.checkpoints import DEFAULT_CHECKPOINT, load_with_blend
 from graphormer_sepnorm.prediction.engine import ChunkResult, Predictor, default_num_workers
 from graphormer_sepnorm.prediction.io import (
     EmbeddingWriter,
@@ -147,13 +147,14 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
     started = time.perf_counter()
     output = output or default_output(source)
     _check_output(output, embeddings, overwrite, source)
-    module = load_checkpoint(checkpoint, map_location="cpu")
+    module, blend = load_with_blend(checkpoint, map_location="cpu")
     column, chunks = read_chunks(source, smiles_column, chunk_size)
     workers = default_num_workers() if num_workers is None else num_workers
     _share_cores(torch.device(device), workers)
     summary = Summary(output=output)
     show = sys.stderr.isatty() if progress is None else progress
-    with Predictor(module, batch_size, device, workers) as predictor, ExitStack() as stack:
+    with Predictor(module, batch_size, device, workers, blend=blend) as predictor, \
+            ExitStack() as stack:
         # entered last, left first: on any exception the writers remove their temporary files
         table = stack.enter_context(TableWriter(output, overwrite))
         vectors = stack.enter_context(EmbeddingWriter(

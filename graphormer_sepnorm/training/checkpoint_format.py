@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from graphormer_sepnorm.chem.layout import feature_columns
 from graphormer_sepnorm.nn.config import GraphormerConfig
 
 MODEL_KEYS = frozenset(f.name for f in dataclasses.fields(GraphormerConfig))
@@ -44,8 +45,12 @@ SCALER_KEYS = ("target_mean", "target_std")
 
 
 def is_current(checkpoint: Mapping[str, Any]) -> bool:
-    """Whether ``checkpoint`` is in the current format (its hyperparameters have a config)."""
-    return "config" in (checkpoint.get("hyper_parameters") or {})
+    """Whether ``checkpoint`` is in the current format.
+
+    Its hyperparameters have a config, and none of a GP inside the module (:func:`upgrade_gp`).
+    """
+    hparams = checkpoint.get("hyper_parameters") or {}
+    return "config" in hparams and not {"gp_weight", "gp_max_train"} & set(hparams)
 
 
 def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,6 +63,8 @@ def upgrade_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
         A new dict; ``hparams`` itself is left as it was.
     """
     out = dict(hparams)
+    for key in ("gp_weight", "gp_max_train"):  # the GP's, now beside the module (upgrade_gp)
+        out.pop(key, None)
     if "config" in out:
         return out
     config = {key: out.pop(key) for key in list(out) if key in MODEL_KEYS}
@@ -90,11 +97,41 @@ def upgrade_state_dict(state_dict: Mapping[str, Any], task: str | None) -> dict[
     return out
 
 
+def upgrade_gp(checkpoint: dict[str, Any], weight: float) -> None:
+    """Moves a fingerprint GP kept in the module (``gp.*`` weights, ``gp_weight``) out of it.
+
+    Between the GP blend's introduction and the ``ensemble`` package, the module held the GP:
+    its buffers as ``gp.*`` in the ``state_dict`` and ``gp_weight``/``gp_max_train`` among its
+    hyperparameters. Now the GP and its weight are ``checkpoint['ensemble']`` (see
+    :class:`~graphormer_sepnorm.ensemble.blend.BlendedModel`); an unfitted one is dropped.
+
+    Args:
+        checkpoint: the checkpoint, hyperparameters upgraded already; changed in place.
+        weight: the original hyperparameters' ``gp_weight``.
+    """
+    hparams, state = checkpoint.get("hyper_parameters") or {}, checkpoint.get("state_dict")
+    gp = {k.removeprefix("gp."): v for k, v in (state or {}).items() if k.startswith("gp.")}
+    if not gp:
+        return
+    for key in list(state):
+        if key.startswith("gp."):
+            del state[key]
+    if weight and gp["train_x"].shape[0] > 0 and "ensemble" not in checkpoint:
+        names = ((hparams.get("dataset_info") or {}).get("featurizer") or {}).get(
+            "mol_features", [])
+        columns = {n: list(c) for n, c in feature_columns(names).items()
+                   if n in ("morgan", "rdkit2d")}
+        checkpoint["ensemble"] = {"kind": "fingerprint_gp", "weight": float(weight),
+                                  "columns": columns, "num_targets": int(gp["hyper"].shape[0]),
+                                  "state": gp}
+
+
 def upgrade(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """A checkpoint (a dict from ``torch.load``) in the current format.
 
-    Only ``hyper_parameters`` and ``state_dict`` change; other entries (``model_card``, the
-    optimizer and loop states, ``datamodule_hyper_parameters``) are kept as they are.
+    ``hyper_parameters`` and ``state_dict`` change, and a GP held by the module moves to
+    ``ensemble`` (:func:`upgrade_gp`); other entries (``model_card``, the optimizer and loop
+    states, ``datamodule_hyper_parameters``) are kept as they are.
 
     Returns:
         A new dict; ``checkpoint`` itself is left as it was.
@@ -106,6 +143,7 @@ def upgrade(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     if "state_dict" in out:
         task = (hparams.get("dataset_info") or {}).get("task")
         out["state_dict"] = upgrade_state_dict(out["state_dict"], task)
+    upgrade_gp(out, float((checkpoint.get("hyper_parameters") or {}).get("gp_weight", 0.0)))
     return out
 
 

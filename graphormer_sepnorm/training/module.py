@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,6 @@ from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training import checkpoint_format
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
-from graphormer_sepnorm.training.gp_blend import blend, make_fingerprint_gp, prepare_gp
 from graphormer_sepnorm.training.init_from import init_model_from
 from graphormer_sepnorm.training.metrics import ExtraMetrics
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
@@ -122,14 +122,6 @@ class GraphormerModule(_PackedWhenSeeded):
             eager (default). On the CPU only with ``backend='reference'``: the CPU backend's C
             kernels do not trace, and inductor's C++ build takes minutes there. Grid batches
             (``engine='device'``) have static shapes and trace as one graph.
-        gp_weight: weight of a Gaussian process on the molecule features
-            (:mod:`~graphormer_sepnorm.nn.fingerprint_gp`) in test, validate and prediction:
-            ``(1 - w) * network + w * GP``, the GP fitted on the training molecules at fit start
-            and saved in the checkpoint. Validation during fit scores the network alone, so
-            checkpoints are chosen on the network's own error. Regression with ``rdkit2d`` or
-            ``morgan`` molecule features only, one model (not ``seeds``). Default: 0 (off).
-        gp_max_train: the GP stays off above this many training molecules (its cost is N^3).
-            Default: 5000.
     """
 
     def __init__(
@@ -148,8 +140,6 @@ class GraphormerModule(_PackedWhenSeeded):
         standardize_targets: bool = False,
         seeds: list[int] | None = None,
         compile: str | None = None,
-        gp_weight: float = 0.0,
-        gp_max_train: int = 5000,
     ) -> None:
         super().__init__()
         info = _check_dataset_info(dataset_info)
@@ -166,7 +156,6 @@ class GraphormerModule(_PackedWhenSeeded):
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
-        self.gp = make_fingerprint_gp(info, gp_weight, packed=bool(seeds))
         self._weights_from_checkpoint = False
         self._compiled = False
 
@@ -183,18 +172,20 @@ class GraphormerModule(_PackedWhenSeeded):
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any,
                              **kwargs: Any) -> GraphormerModule:
-        """Lightning's ``load_from_checkpoint``; a file of the previous format is upgraded.
+        """Lightning's ``load_from_checkpoint``; a file of an earlier format is upgraded.
 
-        For a local file, the checkpoint's config is read (upgraded if need be) and passed as
-        ``config`` unless given; the ``state_dict`` is upgraded in :meth:`on_load_checkpoint`.
+        A local file that is not in the current format (flat hyperparameters, or a GP inside
+        the module) is read, upgraded (:mod:`~graphormer_sepnorm.training.checkpoint_format`)
+        and handed to Lightning from memory.
         """
         local = isinstance(checkpoint_path, str | Path) and Path(checkpoint_path).is_file()
-        if "config" not in kwargs and local:
-            payload = torch.load(checkpoint_path, map_location="cpu", weights_only=True,
-                                 mmap=True)
+        if local:
+            payload = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
             if not checkpoint_format.is_current(payload):
-                hparams = checkpoint_format.upgrade_hparams(payload.get("hyper_parameters", {}))
-                kwargs["config"] = hparams["config"]
+                buffer = io.BytesIO()
+                torch.save(checkpoint_format.upgrade(payload), buffer)
+                buffer.seek(0)
+                checkpoint_path = buffer
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -204,11 +195,7 @@ class GraphormerModule(_PackedWhenSeeded):
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions in the targets' units (probabilities for classification), ``[B, T]``."""
-        return self.blend_gp(self.to_predictions(self.model(batch)), batch)
-
-    def blend_gp(self, preds: Tensor, batch: GraphormerBatch) -> Tensor:
-        """Regression predictions blended with the fitted fingerprint GP (``gp_weight``)."""
-        return blend(preds, self.gp, self.hparams.get("gp_weight", 0.0), batch.mol_x)
+        return self.to_predictions(self.model(batch))
 
     def to_predictions(self, out: Tensor) -> Tensor:
         """The head's outputs ``[B, T]`` in the targets' units (probabilities if binary)."""
@@ -249,15 +236,6 @@ class GraphormerModule(_PackedWhenSeeded):
                                  "target_statistics()")
             self.task.set_scaler(*stats())
 
-    def _fitting(self) -> bool:
-        return self._trainer is not None and self.trainer.state.fn == "fit"
-
-    def on_fit_start(self) -> None:
-        """Fits the fingerprint GP on the training molecules (not again on a resumed fit)."""
-        report = prepare_gp(self)
-        if report and self.trainer.is_global_zero:
-            print(report, flush=True)
-
     def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """One optimization step's loss."""
         loss = self.task.loss(self.model(batch).float(), batch.y)
@@ -265,29 +243,30 @@ class GraphormerModule(_PackedWhenSeeded):
         return loss
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
-                  loss: MeanMetric) -> None:
+                  loss: MeanMetric) -> Tensor:
         out = self.model(batch).float()
         loss.update(self.task.loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones
         preds = self.task.metric_inputs(out)
-        # fit validates the network alone (its checkpoints are chosen on that); test, validate
-        # and predict score the blend. Chosen on the blend, solubility's best epoch became 13
-        # of 100, and its test MAE 0.419 instead of 0.387.
-        if self.gp is not None and not self._fitting():  # regression: the targets' units
-            preds = self.blend_gp(preds, batch)
         (self.val_extra if stage == "val" else self.test_extra).update(preds, batch.y)
         self.task.update_metric(metric, preds, batch.y)
         self.log(f"{stage}/{self.task.metric_name}", metric, batch_size=batch.num_graphs,
                  prog_bar=True)
+        return preds
 
-    def validation_step(self, batch: GraphormerBatch, batch_idx: int) -> None:
-        """Updates the validation loss and metric."""
-        self._evaluate(batch, "val", self.val_metric, self.val_loss)
+    def validation_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
+        """Updates the validation loss and metric.
 
-    def test_step(self, batch: GraphormerBatch, batch_idx: int) -> None:
-        """Updates the test loss and metric."""
-        self._evaluate(batch, "test", self.test_metric, self.test_loss)
+        Returns:
+            The metric's inputs (regression: predictions in the targets' units), for callbacks
+            such as :class:`~graphormer_sepnorm.ensemble.callback.FingerprintGPBlend`.
+        """
+        return self._evaluate(batch, "val", self.val_metric, self.val_loss)
+
+    def test_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
+        """Updates the test loss and metric; returns the metric's inputs, as validation does."""
+        return self._evaluate(batch, "test", self.test_metric, self.test_loss)
 
     def on_validation_epoch_end(self) -> None:
         """Logs ``val/rmse``, ``val/r2`` or ``val/pr_auc`` (and per-target values)."""

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO, image_env, write_plan
 
-from graphormer_sepnorm.gpu_bundle import BUNDLE_PACKAGES, IMAGE_PACKAGES, download_wheels
 from graphormer_sepnorm.experiment import read_rows
+from graphormer_sepnorm.gpu_bundle import BUNDLE_PACKAGES, IMAGE_PACKAGES, download_wheels
 
 
 @pytest.fixture(scope="module")

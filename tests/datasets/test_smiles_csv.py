@@ -307,7 +307,7 @@ def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_pat
     # the features travel in the checkpoint's featurizer config: prediction needs no setting
     from graphormer_sepnorm.cli import main
     from graphormer_sepnorm.data import GraphormerCollator
-    from graphormer_sepnorm.prediction import Predictor, load_checkpoint
+    from graphormer_sepnorm.prediction import Predictor, load_with_blend
 
     monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
     path = indexed_csv(tmp_path / "train.csv")
@@ -324,21 +324,22 @@ def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_pat
     assert [g["initial_lr"] for g in groups] == [2e-4, 1e-3]
     head = cli.model.model.head
     assert {id(p) for p in groups[1]["params"]} == {id(p) for p in head.parameters()}
-    module = load_checkpoint(cli.trainer.checkpoint_callback.last_model_path)
+    module, blend = load_with_blend(cli.trainer.checkpoint_callback.last_model_path)
     assert module.dataset_info["featurizer"]["mol_features"] == ["rdkit2d", "morgan"]
     test = cli.datamodule.splits["test"]
     smiles = [SMILES[int(g.y[0, 0])] for g in test]
-    with Predictor(module) as predictor:
+    with Predictor(module, blend=blend) as predictor:
         predicted = predictor.predict(smiles).predictions
     batch = GraphormerCollator(5)(test)
     with torch.no_grad():
-        expected = module(batch).numpy()
+        expected = blend(batch).numpy()
         # the config's blend: half the network, half the GP fitted on the training molecules
-        network = module.to_predictions(module.model(batch))
-        blended = 0.5 * network + 0.5 * module.gp(batch.mol_x)
+        network = module(batch)
+        blended = 0.5 * network + 0.5 * blend.gp(batch.mol_x)
     np.testing.assert_allclose(predicted, expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(expected, blended.numpy(), rtol=1e-5, atol=1e-6)
-    assert module.gp.train_x.shape == (len(cli.datamodule.splits["train"]), 2222)
+    assert blend.weight == 0.5
+    assert blend.gp.train_x.shape == (len(cli.datamodule.splits["train"]), 2222)
     assert not np.allclose(expected, network.numpy(), atol=1e-3)
 
 
@@ -347,13 +348,21 @@ def test_a_resumed_fit_keeps_the_gp_it_saved(tmp_path, monkeypatch, capsys):
     version = ("--trainer.logger.init_args.version", "0")
     first = fit_small(tmp_path, *version, "--trainer.max_epochs", "1")
     assert "fingerprint GP fitted on" in capsys.readouterr().out
-    saved = first.model.gp.state_dict()
+    saved = gp_of(first).state_dict()
     again = fit_small(tmp_path, *version, "--trainer.max_epochs", "2",
                       "--ckpt_path", first.trainer.checkpoint_callback.last_model_path)
     assert again.trainer.current_epoch == 2
     assert "fingerprint GP fitted on" not in capsys.readouterr().out
-    for name, value in again.model.gp.state_dict().items():
+    for name, value in gp_of(again).state_dict().items():
         torch.testing.assert_close(value, saved[name], msg=name)
+
+
+def gp_of(cli):
+    """The fitted GP of a CLI run (its FingerprintGPBlend callback's)."""
+    from graphormer_sepnorm.ensemble import FingerprintGPBlend
+
+    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, FingerprintGPBlend)]
+    return callback.blend.gp
 
 
 def test_fit_chooses_checkpoints_on_the_network_and_validate_scores_the_blend(tmp_path,
@@ -368,13 +377,24 @@ def test_fit_chooses_checkpoints_on_the_network_and_validate_scores_the_blend(tm
     batch = GraphormerCollator(5)(fit.datamodule.splits["val"])
     y = batch.y
     with torch.no_grad():
-        network = module.to_predictions(module.model(batch))
-        blended = module(batch)
+        network = module(batch)
+        blended = 0.5 * network + 0.5 * gp_of(fit)(batch.mol_x)
     assert not torch.allclose(network, blended, atol=1e-3)
-    assert fit.trainer.callback_metrics["val/mae"].item() == pytest.approx(
-        (network - y).abs().mean().item(), rel=1e-5)
+    # fit: val/mae is the network's (checkpoints are chosen on it), val/mae_blend the blend's
+    metrics = fit.trainer.callback_metrics
+    assert metrics["val/mae"].item() == pytest.approx((network - y).abs().mean().item(), rel=1e-5)
+    assert metrics["val/mae_blend"].item() == pytest.approx((blended - y).abs().mean().item(),
+                                                            rel=1e-5)
+    # validate from the checkpoint alone (no config): both again, one meaning each
     checkpoint = fit.trainer.checkpoint_callback.last_model_path
     again = main(["validate", "--ckpt_path", checkpoint,
-                  "--trainer.default_root_dir", str(tmp_path)])
-    assert again.trainer.callback_metrics["val/mae"].item() == pytest.approx(
+                  "--trainer.default_root_dir", str(tmp_path)]).trainer.callback_metrics
+    assert again["val/mae"].item() == pytest.approx(metrics["val/mae"].item(), rel=1e-5)
+    assert again["val/mae_blend"].item() == pytest.approx(
         (blended - y).abs().mean().item(), rel=1e-5)
+    # --gp.weight 1: the GP alone
+    alone = main(["validate", "--ckpt_path", checkpoint, "--gp.weight", "1",
+                  "--trainer.default_root_dir", str(tmp_path)]).trainer.callback_metrics
+    with torch.no_grad():
+        gp_mae = (gp_of(fit)(batch.mol_x) - y).abs().mean().item()
+    assert alone["val/mae_blend"].item() == pytest.approx(gp_mae, rel=1e-5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphormer_sepnorm.nn.fingerprint_gp import FingerprintGP, feature_slices, minmax_similarity
+from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP, gp_columns, minmax_similarity
 
 
 def test_minmax_similarity_is_the_tanimoto_of_counts():
@@ -16,9 +16,14 @@ def test_minmax_similarity_is_the_tanimoto_of_counts():
     torch.testing.assert_close(minmax_similarity(a, b), expected)
 
 
-def test_feature_slices_follow_the_featurizer_order():
-    assert feature_slices(["rdkit2d", "morgan"]) == {"rdkit2d": (0, 174), "morgan": (174, 2222)}
-    assert feature_slices(["morgan"]) == {"morgan": (0, 2048)}
+def test_columns_come_from_the_featurizer_config_or_its_feature_names():
+    recorded = {"mol_features": ["rdkit2d", "morgan"],
+                "mol_feature_columns": {"rdkit2d": [0, 174], "morgan": [174, 2222]}}
+    assert gp_columns(recorded) == {"rdkit2d": (0, 174), "morgan": (174, 2222)}
+    # configs written before the record: the names' layout (no RDKit either way)
+    assert gp_columns({"mol_features": ["rdkit2d", "morgan"]}) == gp_columns(recorded)
+    assert gp_columns({"mol_features": ["morgan"]}) == {"morgan": (0, 2048)}
+    assert gp_columns({"name": "ogb"}) == {}
     with pytest.raises(ValueError, match="needs features"):
         FingerprintGP({}, 1)
 

@@ -15,7 +15,7 @@ its features are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -23,14 +23,22 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.chem.layout import feature_columns
 
-__all__ = ["FingerprintGP", "feature_slices"]
+__all__ = ["KERNEL_FEATURES", "FingerprintGP", "gp_columns", "minmax_similarity"]
 
 KERNEL_FEATURES = ("morgan", "rdkit2d")
 
 
-def feature_slices(names: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """Column ranges ``(start, stop)`` of the GP's features within ``mol_x`` of ``names``."""
-    return {name: columns for name, columns in feature_columns(names).items()
+def gp_columns(featurizer: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """Column ranges ``(start, stop)`` of the GP's features within ``mol_x``.
+
+    Read from a featurizer's config (``dataset_info['featurizer']``): its record of them,
+    ``mol_feature_columns``, or, in configs written before it had one, the layout of its
+    ``mol_features`` names (no RDKit either way). Empty without Morgan counts or descriptors.
+    """
+    columns = featurizer.get("mol_feature_columns")
+    if columns is None:
+        columns = feature_columns(featurizer.get("mol_features", []))
+    return {name: (int(c[0]), int(c[1])) for name, c in columns.items()
             if name in KERNEL_FEATURES}
 
 
@@ -50,7 +58,7 @@ class FingerprintGP(nn.Module):
 
     Args:
         slices: ``{'morgan' | 'rdkit2d': (start, stop)}`` columns of ``mol_x`` (see
-            :func:`feature_slices`); at least one.
+            :func:`gp_columns`); at least one.
         num_targets: ``T``, one GP (its own hyperparameters) per target.
 
     Buffers (saved in checkpoints, resized on load): ``train_x [N, F_gp]`` float16 training

@@ -1,0 +1,161 @@
+"""The callback that fits a fingerprint GP beside the network and scores their blend.
+
+``--gp.weight 0.5`` (``configs/smiles_csv.yaml``) adds it to a fit: at fit start the GP is
+fitted on the training molecules' features (not again on a resumed fit), and every validation
+and test logs the blend's metric beside the network's: ``val/mae`` is the network alone (the
+checkpoints are chosen on it: chosen on the blend, a GP that fits validation well picked an
+undertrained network), ``val/mae_blend`` the blend. Checkpoints carry the GP
+(``checkpoint['ensemble']``); ``test``, ``validate`` and ``predict`` with such a checkpoint
+blend with the saved weight unless ``--gp.weight`` says otherwise (0: the network alone; 1: the
+GP alone). The Lightning module knows nothing of it: it returns its predictions from its
+evaluation steps, which this reads.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from torch import Tensor
+
+from graphormer_sepnorm.ensemble.blend import BlendedModel
+from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP, gp_columns
+
+__all__ = ["FingerprintGPBlend", "why_off"]
+
+
+def why_off(info: dict[str, Any], packed: bool) -> str | None:
+    """Why a model of ``info`` gets no GP (``None`` when it can have one)."""
+    if packed:
+        return "packed replicas (seeds) train the network alone"
+    if info["task"] != "regression":
+        return f"regression only (task {info['task']!r})"
+    if not gp_columns(info.get("featurizer", {})):
+        return "it needs molecule features rdkit2d and/or morgan (--data.mol_features)"
+    return None
+
+
+def training_features(datamodule: Any) -> tuple[Tensor, Tensor]:
+    """``mol_x [N, F]`` and ``y [N, T]`` of the training split (NaN where missing)."""
+    datamodule.setup("fit")
+    graphs = datamodule.splits["train"]
+    return (torch.cat([g.mol_x.reshape(1, -1).float() for g in graphs]),
+            torch.cat([g.y.reshape(1, -1).float() for g in graphs]))
+
+
+class FingerprintGPBlend(Callback):
+    """Fits a fingerprint GP at fit start, scores the blend, keeps the GP in checkpoints.
+
+    Logs ``<stage>/<metric>_blend`` beside the network's ``<stage>/<metric>``.
+
+    Args:
+        weight: the GP's weight in the blend, in [0, 1]. ``None`` (default): the weight of the
+            checkpoint being tested or validated, and no GP in a fit.
+        max_train: the GP stays off above this many training molecules (its cost is N^3).
+            Default: 5,000.
+    """
+
+    def __init__(self, weight: float | None = None, max_train: int = 5000) -> None:
+        if weight is not None and not 0.0 <= weight <= 1.0:
+            raise ValueError(f"gp weight must be in [0, 1], not {weight}")
+        self.weight, self.max_train = weight, max_train
+        self.blend: BlendedModel | None = None
+        self._metrics: dict[str, Any] = {}
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """For a fit with a weight: an unfitted GP, if the model can have one."""
+        if stage != "fit" or not self.weight or self.blend is not None:
+            return
+        info = pl_module.dataset_info
+        reason = why_off(info, bool(pl_module.hparams.get("seeds")))
+        if reason is not None:
+            self._say(trainer, f"fingerprint GP off: {reason}")
+            return
+        gp = FingerprintGP(gp_columns(info["featurizer"]), len(info["target_names"]))
+        self.blend = BlendedModel(gp, self.weight)
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Fits the GP on the training molecules, unless a resumed fit restored it."""
+        if self.blend is None or self.blend.gp.fitted:
+            return
+        x, y = training_features(trainer.datamodule)
+        if len(x) > self.max_train:
+            self._say(trainer, f"fingerprint GP off: {len(x):,} training molecules > "
+                               f"max_train {self.max_train:,} (an exact GP costs N^3)")
+            self.blend = None
+            return
+        started = time.perf_counter()
+        self.blend.gp.fit(x, y)
+        a, b, length, noise = (f"{v:.3g}" for v in self.blend.gp.hyper[0].tolist())
+        self._say(trainer, f"fingerprint GP fitted on {len(x):,} molecules in "
+                           f"{time.perf_counter() - started:.1f} s (target 0: a={a} b={b} "
+                           f"l={length} s={noise}); val/<metric> scores the network, "
+                           f"val/<metric>_blend the blend with weight {self.blend.weight}")
+
+    @staticmethod
+    def _say(trainer: Trainer, text: str) -> None:
+        if trainer.is_global_zero:
+            print(text, flush=True)
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Puts the fitted GP and its weight in ``checkpoint['ensemble']``."""
+        if self.blend is not None and self.blend.gp.fitted:
+            checkpoint["ensemble"] = self.blend.to_checkpoint()
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Takes the checkpoint's GP (a resumed fit, a test); ``weight``, if set, wins."""
+        entry = checkpoint.get("ensemble")
+        if entry is not None:
+            self.blend = BlendedModel.from_checkpoint(entry, weight=self.weight)
+
+    def _update(self, stage: str, pl_module: LightningModule, outputs: Any, batch: Any) -> None:
+        if self.blend is None or not self.blend.gp.fitted or outputs is None:
+            return
+        task = pl_module.task
+        if stage not in self._metrics:
+            self._metrics[stage] = (task.metric().to(outputs.device),
+                                    task.extra_metrics().to(outputs.device))
+        metric, extra = self._metrics[stage]
+        blended = self.blend.to(outputs.device).combine(outputs, batch.mol_x)
+        task.update_metric(metric, blended, batch.y)
+        extra.update(blended, batch.y)
+
+    def _log(self, stage: str, pl_module: LightningModule) -> None:
+        metrics = self._metrics.pop(stage, None)
+        if metrics is None:
+            return
+        metric, extra = metrics
+        # computed (and synchronized across processes) by torchmetrics, so logged unsynced
+        values = {pl_module.task.metric_name: metric.compute(), **extra.compute()}
+        for name, value in values.items():
+            pl_module.log(f"{stage}/{name}_blend", value, sync_dist=False)
+
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule,
+                                outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        """Scores the blend on the batch (the module returned its predictions)."""
+        if not trainer.sanity_checking:
+            self._update("val", pl_module, outputs, batch)
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Logs ``val/<metric>_blend``."""
+        self._log("val", pl_module)
+
+    def on_test_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
+                          batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Scores the blend on the batch."""
+        self._update("test", pl_module, outputs, batch)
+
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Logs ``test/<metric>_blend``."""
+        self._log("test", pl_module)
+
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
+                             batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """``predict`` returns the blend: the step's predictions are blended in place."""
+        if self.blend is not None and self.blend.gp.fitted and outputs is not None:
+            outputs.copy_(self.blend.to(outputs.device).combine(outputs, batch.mol_x))
