@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
+from graphormer_sepnorm.ensemble.calibration import Z90, conformal_scale
 from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP
 
 __all__ = ["KIND", "BlendedModel"]
@@ -33,18 +35,48 @@ class BlendedModel(nn.Module):
         network: a callable from a batch to the network's predictions ``[B, T]`` in the
             targets' units (a :class:`~graphormer_sepnorm.training.module.GraphormerModule`),
             for :meth:`forward`; :meth:`combine` needs none.
+        q90: per target, the scale that makes the GP's deviations a calibrated 90% interval of
+            the blend (:meth:`calibrate`); ``None``: not calibrated (no deviations).
 
     Raises:
         ValueError: a weight outside [0, 1].
     """
 
     def __init__(self, gp: FingerprintGP, weight: float,
-                 network: Callable[[Any], Tensor] | None = None) -> None:
+                 network: Callable[[Any], Tensor] | None = None,
+                 q90: list[float] | None = None) -> None:
         super().__init__()
         if not 0.0 <= weight <= 1.0:
             raise ValueError(f"the GP's weight must be in [0, 1], not {weight}")
         self.gp, self.weight = gp, float(weight)
         self._network = [network]  # in a list: not a submodule (its weights are its own)
+        self.q90 = None if q90 is None else [float(q) for q in q90]
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether :meth:`predict` gives deviations (calibrated, and a GP that has them)."""
+        return self.q90 is not None and self.gp.has_std
+
+    def predict(self, preds: Tensor, mol_x: Tensor,
+                raw: bool = False) -> tuple[Tensor, Tensor | None]:
+        """The blend's predictions and standard deviations ``[B, T]`` (targets' units).
+
+        The deviations are the GP's scaled by the calibration (:meth:`calibrate`), so that
+        ``mean ± 1.645 std`` is a 90% interval; ``raw``: the GP's own, unscaled. ``None``
+        instead of deviations when there are none (not calibrated, a GP saved without them).
+        """
+        want = self.gp.has_std and (raw or self.q90 is not None)
+        gp_mean, sigma = self.gp.predict(mol_x, with_std=want)
+        mean = preds if self.weight == 0.0 else (
+            (1 - self.weight) * preds + self.weight * gp_mean.to(preds.dtype))
+        if sigma is None or raw:
+            return mean, sigma
+        return mean, sigma * torch.tensor(self.q90, device=sigma.device) / Z90
+
+    def calibrate(self, mean: Tensor, sigma: Tensor, y: Tensor) -> None:
+        """Sets ``q90`` from held-out molecules' blend ``mean``, raw ``sigma`` and ``y``."""
+        scores = (y - mean).abs() / sigma.clamp_min(1e-12)
+        self.q90 = [float(conformal_scale(scores[:, t])) for t in range(y.shape[1])]
 
     def combine(self, preds: Tensor, mol_x: Tensor) -> Tensor:
         """``(1 - w) * preds + w * GP(mol_x)`` for network predictions ``preds [B, T]``."""
@@ -63,7 +95,7 @@ class BlendedModel(nn.Module):
         """The GP and the weight as ``checkpoint['ensemble']``."""
         return {"kind": KIND, "weight": self.weight,
                 "columns": {name: list(cols) for name, cols in self.gp.slices.items()},
-                "num_targets": int(self.gp.hyper.shape[0]),
+                "num_targets": int(self.gp.hyper.shape[0]), "q90": self.q90,
                 "state": {k: v.detach().cpu().clone() for k, v in self.gp.state_dict().items()}}
 
     @classmethod
@@ -71,6 +103,9 @@ class BlendedModel(nn.Module):
                         network: Callable[[Any], Tensor] | None = None,
                         weight: float | None = None) -> BlendedModel:
         """The model :meth:`to_checkpoint` saved; ``weight`` overrides the saved one.
+
+        With another weight than the saved one the calibration is dropped: it held for the
+        blend it was made with.
 
         Raises:
             ValueError: an entry of another kind.
@@ -80,5 +115,8 @@ class BlendedModel(nn.Module):
                              f"{KIND!r})")
         gp = FingerprintGP({k: tuple(v) for k, v in entry["columns"].items()},
                            int(entry["num_targets"]))
-        gp.load_state_dict(entry["state"])
-        return cls(gp, entry["weight"] if weight is None else weight, network)
+        gp.load_state_dict(dict(entry["state"]))
+        # a calibration holds for the weight it was made with (another needs a validation)
+        same = weight is None or weight == entry["weight"]
+        return cls(gp, entry["weight"] if weight is None else weight, network,
+                   entry.get("q90") if same else None)

@@ -9,6 +9,12 @@ undertrained network), ``val/mae_blend`` the blend. Checkpoints carry the GP
 blend with the saved weight unless ``--gp.weight`` says otherwise (0: the network alone; 1: the
 GP alone). The Lightning module knows nothing of it: it returns its predictions from its
 evaluation steps, which this reads.
+
+Uncertainty: each validation calibrates the GP's predictive deviations on the validation
+molecules (split-conformal, :mod:`~graphormer_sepnorm.ensemble.calibration`), so the checkpoint
+saved after it predicts ``<target>_std`` and a 90% interval; ``test`` logs the interval's
+coverage (``test/coverage90_blend``), the Gaussian NLL (``test/nll_blend``) and Spearman's
+correlation of the deviations with the absolute errors (``test/std_error_spearman_blend``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import Tensor
 
 from graphormer_sepnorm.ensemble.blend import BlendedModel
+from graphormer_sepnorm.ensemble.calibration import coverage, gaussian_nll, std_error_spearman
 from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP, gp_columns
 
 __all__ = ["FingerprintGPBlend", "why_off"]
@@ -35,6 +42,15 @@ def why_off(info: dict[str, Any], packed: bool) -> str | None:
     if not gp_columns(info.get("featurizer", {})):
         return "it needs molecule features rdkit2d and/or morgan (--data.mol_features)"
     return None
+
+
+def _gather(x: Tensor) -> Tensor:
+    """``x`` of every process, concatenated (processes may hold different counts)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return x
+    parts: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(parts, x.cpu())
+    return torch.cat(parts).to(x.device)
 
 
 def training_features(datamodule: Any) -> tuple[Tensor, Tensor]:
@@ -63,6 +79,7 @@ class FingerprintGPBlend(Callback):
         self.weight, self.max_train = weight, max_train
         self.blend: BlendedModel | None = None
         self._metrics: dict[str, Any] = {}
+        self._seen: dict[str, list[tuple[Tensor, Tensor, Tensor]]] = {}
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         """For a fit with a weight: an unfitted GP, if the model can have one."""
@@ -120,9 +137,14 @@ class FingerprintGPBlend(Callback):
             self._metrics[stage] = (task.metric().to(outputs.device),
                                     task.extra_metrics().to(outputs.device))
         metric, extra = self._metrics[stage]
-        blended = self.blend.to(outputs.device).combine(outputs, batch.mol_x)
+        # validation: the GP's raw deviations, which calibrate; test: the calibrated ones
+        blended, std = self.blend.to(outputs.device).predict(outputs, batch.mol_x,
+                                                             raw=stage == "val")
         task.update_metric(metric, blended, batch.y)
         extra.update(blended, batch.y)
+        if std is not None:
+            self._seen.setdefault(stage, []).append((blended.detach(), std.detach(),
+                                                     batch.y.detach().to(blended.dtype)))
 
     def _log(self, stage: str, pl_module: LightningModule) -> None:
         metrics = self._metrics.pop(stage, None)
@@ -131,8 +153,21 @@ class FingerprintGPBlend(Callback):
         metric, extra = metrics
         # computed (and synchronized across processes) by torchmetrics, so logged unsynced
         values = {pl_module.task.metric_name: metric.compute(), **extra.compute()}
+        values |= self._uncertainty(stage, pl_module)
         for name, value in values.items():
             pl_module.log(f"{stage}/{name}_blend", value, sync_dist=False)
+
+    def _uncertainty(self, stage: str, pl_module: LightningModule) -> dict[str, Tensor]:
+        """Validation calibrates the deviations; test scores the calibrated ones."""
+        seen = self._seen.pop(stage, [])
+        if not seen:
+            return {}
+        mean, std, y = (_gather(torch.cat(parts)) for parts in zip(*seen, strict=True))
+        if stage == "val":
+            self.blend.calibrate(mean, std, y)
+            return {}
+        return {"coverage90": coverage(mean, std, y), "nll": gaussian_nll(mean, std, y),
+                "std_error_spearman": std_error_spearman(mean, std, y)}
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule,
                                 outputs: Any, batch: Any, batch_idx: int,

@@ -63,7 +63,10 @@ class FingerprintGP(nn.Module):
 
     Buffers (saved in checkpoints, resized on load): ``train_x [N, F_gp]`` float16 training
     features, ``alpha [N, T]`` dual weights (0 where a target is missing), ``hyper [T, 4]``
-    (``a, b, l, s``), ``y_mean``/``y_std [T]``.
+    (``a, b, l, s``), ``y_mean``/``y_std [T]``, and for :meth:`predict`'s uncertainty
+    ``present [N, T]`` (which targets each training molecule has) and ``loo_sq [N, T]``, each
+    training molecule's squared leave-one-out residual (standardized units; empty in GPs
+    saved before they existed, which then give no uncertainty).
     """
 
     def __init__(self, slices: dict[str, tuple[int, int]], num_targets: int) -> None:
@@ -78,11 +81,19 @@ class FingerprintGP(nn.Module):
         self.register_buffer("hyper", torch.zeros(num_targets, 4))
         self.register_buffer("y_mean", torch.zeros(num_targets))
         self.register_buffer("y_std", torch.ones(num_targets))
+        self.register_buffer("present", torch.zeros(0, num_targets, dtype=torch.bool))
+        self.register_buffer("loo_sq", torch.zeros(0, num_targets))
+        self._chol: dict[int, Tensor] = {}  # per target, rebuilt from the buffers when needed
 
     @property
     def fitted(self) -> bool:
         """Whether :meth:`fit` has run (or fitted buffers were loaded)."""
         return self.train_x.shape[0] > 0
+
+    @property
+    def has_std(self) -> bool:
+        """Whether :meth:`predict` gives a standard deviation (fitted by this version)."""
+        return self.fitted and self.loo_sq.shape[0] == self.train_x.shape[0]
 
     def _select(self, mol_x: Tensor) -> Tensor:
         return torch.cat([mol_x[:, start:stop] for start, stop in self.slices.values()], 1)
@@ -123,6 +134,7 @@ class FingerprintGP(nn.Module):
         x = train.double()
         parts = self._parts(x, x)
         alpha = torch.zeros(len(x), y.shape[1], dtype=torch.float64)
+        loo_sq = torch.zeros_like(alpha)
         hypers, means, stds = [], [], []
         for t in range(y.shape[1]):
             rows = ~torch.isnan(y[:, t])
@@ -131,10 +143,13 @@ class FingerprintGP(nn.Module):
             z = (target - mean) / std
             sub = tuple(p[rows][:, rows] if p is not None else None for p in parts)
             hyper = _maximize_evidence(sub, z, steps, lr)
-            alpha[rows, t] = _solve(self._kernel(sub, hyper), hyper[3], z)
+            alpha[rows, t], loo_sq[rows, t] = _solve(self._kernel(sub, hyper), hyper[3], z)
             hypers.append(hyper)
             means.append(mean)
             stds.append(std)
+        self.present = (~torch.isnan(y)).to(self.train_x.device)
+        self.loo_sq = loo_sq.float().to(self.train_x.device)
+        self._chol = {}
         self.train_x = train.to(self.train_x.device)
         self.alpha = alpha.float().to(self.train_x.device)
         self.hyper = torch.stack(hypers).float().to(self.train_x.device)
@@ -143,25 +158,74 @@ class FingerprintGP(nn.Module):
 
     def forward(self, mol_x: Tensor) -> Tensor:
         """Posterior means ``[B, T]`` in the targets' units for features ``mol_x [B, F_mol]``."""
+        return self.predict(mol_x, with_std=False)[0]
+
+    def predict(self, mol_x: Tensor, with_std: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Posterior means and standard deviations ``[B, T]`` in the targets' units.
+
+        The variance of a prediction is the GP's own for the function at ``x`` (large for a
+        molecule unlike the training ones) plus the noise around ``x``: the leave-one-out
+        squared residuals of the training molecules, averaged with the kernel's weights (larger
+        where similar training molecules were predicted badly from the others). Its scale is
+        calibrated afterwards (:class:`~graphormer_sepnorm.ensemble.blend.BlendedModel`).
+        ``None`` instead of the deviations without ``with_std`` or :attr:`has_std`.
+        """
         # float32 whatever the module was cast to (bf16-true casts buffers too)
         parts = self._parts(self._select(mol_x.float()), self.train_x.float())
         alpha, hyper = self.alpha.float(), self.hyper.float()
-        out = [self._kernel(parts, h) @ alpha[:, t] for t, h in enumerate(hyper)]
-        return torch.stack(out, 1) * self.y_std.float() + self.y_mean.float()
+        means, stds = [], []
+        for t, h in enumerate(hyper):
+            kernel = self._kernel(parts, h)
+            means.append(kernel @ alpha[:, t])
+            if with_std and self.has_std:
+                stds.append(self._std(kernel, t, h))
+        scale, shift = self.y_std.float(), self.y_mean.float()
+        mean = torch.stack(means, 1) * scale + shift
+        return mean, torch.stack(stds, 1) * scale if stds else None
+
+    def _std(self, kernel: Tensor, t: int, hyper: Tensor) -> Tensor:
+        """One target's predictive standard deviation ``[B]`` (standardized units)."""
+        rows = self.present[:, t]
+        k = kernel[:, rows].double()
+        if t not in self._chol:
+            train = self.train_x[rows].double()
+            cov = self._kernel(self._parts(train, train), hyper.double())
+            self._chol[t] = torch.linalg.cholesky(
+                cov + (hyper[3].double() + 1e-6) * torch.eye(len(train), dtype=cov.dtype,
+                                                             device=cov.device))
+        solved = torch.linalg.solve_triangular(self._chol[t], k.T, upper=False)
+        prior = sum(float(hyper[i]) for i, name in ((0, "morgan"), (1, "rdkit2d"))
+                    if name in self.slices)
+        latent = (prior - solved.square().sum(0)).clamp_min(0.0)
+        weights = k.clamp_min(0.0)
+        noise = (weights @ self.loo_sq[rows, t].double()) / weights.sum(1).clamp_min(1e-12)
+        return (latent + noise).sqrt().float()
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
                               **kwargs: Any) -> None:
-        # fitted buffers have the training set's size: take the checkpoint's shapes
-        for name in ("train_x", "alpha"):
+        # fitted buffers have the training set's size: take the checkpoint's shapes; GPs saved
+        # before the uncertainty buffers existed load without them (and give no deviations)
+        for name in ("present", "loo_sq"):
+            state_dict.setdefault(prefix + name, getattr(self, name)[:0])
+        for name in ("train_x", "alpha", "present", "loo_sq"):
             saved = state_dict.get(prefix + name)
             if saved is not None:
                 setattr(self, name, torch.empty_like(saved, device=getattr(self, name).device))
+        self._chol = {}
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
-def _solve(kernel: Tensor, noise: Tensor, z: Tensor) -> Tensor:
+def _solve(kernel: Tensor, noise: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+    """Dual weights ``alpha = C^-1 z`` and the squared leave-one-out residuals.
+
+    A GP's leave-one-out residual of training point ``i`` is ``alpha_i / [C^-1]_ii``
+    (Rasmussen & Williams, eq. 5.12): no refit per point.
+    """
     cov = kernel + (noise + 1e-6) * torch.eye(len(z), dtype=z.dtype)
-    return torch.cholesky_solve(z[:, None], torch.linalg.cholesky(cov))[:, 0]
+    chol = torch.linalg.cholesky(cov)
+    alpha = torch.cholesky_solve(z[:, None], chol)[:, 0]
+    inverse_diagonal = torch.cholesky_inverse(chol).diagonal()
+    return alpha, (alpha / inverse_diagonal).square()
 
 
 def _maximize_evidence(parts: tuple[Tensor | None, Tensor | None], z: Tensor, steps: int,

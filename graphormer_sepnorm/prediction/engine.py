@@ -22,6 +22,7 @@ import torch
 from graphormer_sepnorm.chem.featurizers import featurizer_from_config
 from graphormer_sepnorm.data import GraphormerBatch, GraphormerCollator
 from graphormer_sepnorm.ensemble.blend import BlendedModel
+from graphormer_sepnorm.ensemble.calibration import Z90
 from graphormer_sepnorm.prediction.prepare import (
     PreparedChunk,
     init_worker,
@@ -89,6 +90,9 @@ class Predictor:
         self.module = module.to(self.device).eval()
         self.blend = None if blend is None else blend.to(self.device).eval()
         self.columns = prediction_columns(info)
+        if self.blend is not None and self.blend.calibrated:  # a deviation and a 90% interval
+            self.columns += [f"{name}_{kind}" for kind in ("std", "lo90", "hi90")
+                             for name in info["target_names"]]
         self.batch_size = batch_size
         self.collator = GraphormerCollator(module.config.multi_hop_max_dist)
         self.num_workers = num_workers
@@ -113,9 +117,17 @@ class Predictor:
         return self.module.config.hidden_dim
 
     def _outputs(self, emb: torch.Tensor, batch: GraphormerBatch) -> torch.Tensor:
-        """``GraphormerModule.forward`` from the graph-token embeddings, blended if a GP is."""
+        """``GraphormerModule.forward`` from the graph-token embeddings, blended if a GP is.
+
+        With a calibrated blend, each target's deviation and 90% interval follow: ``[B, 4T]``.
+        """
         preds = self.module.to_predictions(self.module.model.readout(emb, batch))
-        return preds if self.blend is None else self.blend.combine(preds, batch.mol_x)
+        if self.blend is None:
+            return preds
+        mean, std = self.blend.predict(preds, batch.mol_x)
+        if std is None:
+            return mean
+        return torch.cat([mean, std, mean - Z90 * std, mean + Z90 * std], 1)
 
     @torch.inference_mode()
     def run(self, chunk: PreparedChunk, return_embeddings: bool = False) -> ChunkResult:

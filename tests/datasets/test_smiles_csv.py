@@ -329,7 +329,8 @@ def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_pat
     test = cli.datamodule.splits["test"]
     smiles = [SMILES[int(g.y[0, 0])] for g in test]
     with Predictor(module, blend=blend) as predictor:
-        predicted = predictor.predict(smiles).predictions
+        assert predictor.columns == ["y", "y_std", "y_lo90", "y_hi90"]
+        predicted = predictor.predict(smiles).predictions[:, :1]
     batch = GraphormerCollator(5)(test)
     with torch.no_grad():
         expected = blend(batch).numpy()
@@ -398,3 +399,36 @@ def test_fit_chooses_checkpoints_on_the_network_and_validate_scores_the_blend(tm
     with torch.no_grad():
         gp_mae = (gp_of(fit)(batch.mol_x) - y).abs().mean().item()
     assert alone["val/mae_blend"].item() == pytest.approx(gp_mae, rel=1e-5)
+
+
+def test_the_blend_predicts_calibrated_deviations_and_test_scores_them(tmp_path, monkeypatch):
+    from graphormer_sepnorm.cli import main
+    from graphormer_sepnorm.predict import predict_smiles
+
+    monkeypatch.setattr(sys, "argv", ["graphormer-sepnorm"])
+    fit = fit_small(tmp_path, "--trainer.max_epochs", "2")
+    checkpoint = fit.trainer.checkpoint_callback.best_model_path
+    entry = torch.load(checkpoint, weights_only=True)["ensemble"]
+    assert len(entry["q90"]) == 1 and entry["q90"][0] > 0  # calibrated on validation
+    metrics = main(["test", "--ckpt_path", checkpoint, "--trainer.default_root_dir",
+                    str(tmp_path)]).trainer.callback_metrics
+    for name in ("coverage90", "nll"):
+        assert torch.isfinite(metrics[f"test/{name}_blend"]), name
+    # a rank correlation needs more than two test molecules (the tiny split has two)
+    assert len(fit.datamodule.splits["test"]) == 2
+    assert torch.isnan(metrics["test/std_error_spearman_blend"])
+    assert 0.0 <= float(metrics["test/coverage90_blend"]) <= 1.0
+    frame = predict_smiles(SMILES[:6], checkpoint=checkpoint)
+    assert list(frame.columns) == ["smiles", "y", "y_std", "y_lo90", "y_hi90", "error"]
+    assert (frame["y_std"] > 0).all()
+    np.testing.assert_allclose(frame["y_hi90"] - frame["y"], 1.6448536 * frame["y_std"],
+                               rtol=1e-5)
+    # a checkpoint from before the deviations: the same predictions, no deviation columns
+    old = torch.load(checkpoint, weights_only=True)
+    old["ensemble"]["state"] = {k: v for k, v in old["ensemble"]["state"].items()
+                                if k not in ("present", "loo_sq")}
+    del old["ensemble"]["q90"]
+    torch.save(old, tmp_path / "old.ckpt")
+    before = predict_smiles(SMILES[:6], checkpoint=tmp_path / "old.ckpt")
+    assert list(before.columns) == ["smiles", "y", "error"]
+    np.testing.assert_allclose(before["y"], frame["y"], rtol=1e-6)
