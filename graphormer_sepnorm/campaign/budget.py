@@ -27,6 +27,9 @@ from graphormer_sepnorm.campaign.state import JobState
 
 __all__ = ["BudgetSpent", "CampaignCheckpoint", "validation_after"]
 
+#: Seconds a compiled model's first validation in a process is assumed to spend compiling.
+COMPILE_GUESS_S = 60.0
+
 
 class BudgetSpent(Exception):  # noqa: N818 (not an error: the budget ran out, state saved)
     """The fit stopped for the budget after saving its resume point."""
@@ -113,16 +116,19 @@ class CampaignCheckpoint(Callback):
             return
         steps_done = trainer.global_step - self.start_step
         if self.max_steps is not None and steps_done >= self.max_steps or \
-                now + self._to_next_stop(trainer, step_s) > self.deadline:
+                now + self._to_next_stop(trainer, pl_module, step_s) > self.deadline:
             self.save_resume(trainer)
             raise BudgetSpent(f"stopped at step {trainer.global_step}")
 
-    def _to_next_stop(self, trainer: Trainer, step_s: float) -> float:
+    def _to_next_stop(self, trainer: Trainer, pl_module: LightningModule,
+                      step_s: float) -> float:
         """Seconds to the next point where the fit may stop, saved, with the margin."""
         step = max(self._step_s or step_s, step_s)
         val = self._val_s
-        if val is None:  # not measured yet: about a training step per validation batch, twice
+        if val is None:  # not measured yet: about a training step per validation batch, twice,
+            # and a compiled model's first validation compiles its evaluation shapes
             val = 2 * step * (sum(trainer.num_val_batches or [0]) + 1)
+            val += COMPILE_GUESS_S if getattr(pl_module, "_compiled", False) else 0.0
         seconds, ahead = 0.0, 1
         while True:
             seconds += step + (val if validation_after(trainer, ahead) else 0.0)
