@@ -151,4 +151,5 @@ def test_predict_new_molecules_with_the_fitted_checkpoint(tmp_path, capsys):
     assert predict_main([str(bad), "--strict", "-o", str(out), "--checkpoint", best]) == 1
     assert "row 2" in capsys.readouterr().err and not out.exists()
     assert predict_main([str(bad), "-o", str(out), "--checkpoint", best]) == 0
-    assert out.read_text().splitlines()[0] == "smiles,logS,error"
+    # the default GP blend adds a calibrated deviation and a 90% interval
+    assert out.read_text().splitlines()[0] == "smiles,logS,logS_std,logS_lo90,logS_hi90,error"
