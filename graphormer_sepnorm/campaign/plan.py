@@ -43,6 +43,8 @@ class Job:
         seeds: the seeds of this fit; several train together as packed replicas.
         configs: the dataset config, then the presets stacked on it.
         args: further ``graphormer-sepnorm`` arguments (last, so they win).
+        run_first_seed: the first seed of the plan's run this job belongs to (whose best
+            model a plan with ``keep_best: first`` keeps).
     """
 
     dataset: str
@@ -50,6 +52,7 @@ class Job:
     seeds: tuple[int, ...]
     configs: tuple[str, ...]
     args: tuple[str, ...] = ()
+    run_first_seed: int = 0
 
     @property
     def packed(self) -> bool:
@@ -86,8 +89,8 @@ class Plan:
     Attributes:
         name: the plan's name (``name:``, else the file's stem).
         jobs: every fit, in order.
-        keep_best: which finished jobs' best checkpoints stay in the state: ``'first'`` (the
-            first seed's only: the state stays small enough to travel), ``'all'``.
+        keep_best: which best models of finished jobs stay in the state: ``'first'`` (each
+            run's first seed's only: the state stays small enough to travel), ``'all'``.
         moments: dtype of AdamW's moments in the saved state: ``'float32'`` (resumes exactly)
             or ``'bfloat16'`` (a third smaller; see :mod:`~graphormer_sepnorm.campaign.state`).
     """
@@ -103,8 +106,9 @@ def _expand(run: dict[str, Any]) -> list[Job]:
     args = tuple(map(str, run["args"]))
     seeds = [int(s) for s in run["seeds"]]
     if run["packed"]:
-        return [Job(run["dataset"], norm, tuple(seeds), configs, args) for norm in run["norms"]]
-    return [Job(run["dataset"], norm, (seed,), configs, args)
+        return [Job(run["dataset"], norm, tuple(seeds), configs, args, seeds[0])
+                for norm in run["norms"]]
+    return [Job(run["dataset"], norm, (seed,), configs, args, seeds[0])
             for seed in seeds for norm in run["norms"]]
 
 

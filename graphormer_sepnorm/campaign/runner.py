@@ -111,7 +111,8 @@ def run_job(job: Job, state: JobState, options: Options, deadline: float,
         print(f"{job.name}: seed {row['seed']} {row['test_metric']} {row['test_value']:.4f} "
               f"(best {row['monitor']} {row['best_val']:.4f} at step {row['best_step']})",
               flush=True)
-    state.finish(list(job.seeds), meta["keep_best"])
+    keep = list(job.seeds) if meta["keep_best"] == "all" else [job.run_first_seed]
+    state.finish(list(job.seeds), keep)
     return True, steps
 
 

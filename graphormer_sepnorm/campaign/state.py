@@ -169,14 +169,14 @@ class JobState:
         for path in self.folder.glob(f"{point['tag']}-*.pt"):
             path.unlink()
 
-    def finish(self, seeds: list[int], keep_best: str) -> None:
-        """Marks the job done, drops its resume point and the best models not kept."""
+    def finish(self, seeds: list[int], keep: list[int]) -> None:
+        """Marks the job done, drops its resume point and the best models of seeds not kept."""
         if self.status["resume"]:
             self._drop_resume(self.status["resume"])
         self.status.update(phase="done", resume=None)
         self.save_status()
-        if keep_best == "first":
-            for seed in seeds[1:]:
+        for seed in seeds:
+            if seed not in keep:
                 self.best_path(seed).unlink(missing_ok=True)
 
 

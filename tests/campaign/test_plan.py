@@ -25,6 +25,8 @@ def test_runs_expand_in_order_packed_and_not():
     assert "--model.seeds" not in packed.recipe(1)
     assert [j.name for j in select(plan.jobs, ["zinc-*-seed4"])] == ["zinc-sharenorm-seed4",
                                                                     "zinc-sepnorm-seed4"]
+    # keep_best: first keeps the best model of each run's first seed: 0 and 3 here
+    assert [j.run_first_seed for j in plan.jobs] == [0, 0, 3, 3, 3, 3]
 
 
 @pytest.mark.parametrize("bad, match", [

@@ -75,7 +75,7 @@ def test_resume_points_replace_each_other_and_the_recipe_is_checked(tmp_path):
         JobState(tmp_path / "job", ["--config", "b.yaml"])
     for seed in (0, 1):
         again.save_best(seed, {"state_dict": {}})
-    again.finish([0, 1], keep_best="first")
+    again.finish([0, 1], keep=[0])
     assert sorted(p.name for p in again.folder.iterdir()) == ["best-seed0.ckpt", "status.json"]
     assert JobState(tmp_path / "job", ["--config", "a.yaml"]).phase == "done"
 
