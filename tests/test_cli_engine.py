@@ -8,6 +8,7 @@ from test_cli import CONFIGS, common
 
 from graphormer_sepnorm.cli import main
 from graphormer_sepnorm.data.device_batches import DeviceBatches
+from graphormer_sepnorm.data.resumable import ResumableLoader
 from graphormer_sepnorm.prediction import CheckpointError, load_checkpoint
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
@@ -28,8 +29,10 @@ def test_gpu_preset_trains_on_the_cpu(tmp_path, config):
     assert cli.trainer.state.finished and cli.trainer.precision == "bf16-mixed"
     assert cli.datamodule.engine == "device"
     loader = cli.datamodule.train_dataloader()
-    assert isinstance(loader, DeviceBatches)
-    assert loader.collate is not None  # on the CPU: the collator's batches, for the CPU backend
+    # on the CPU: the loader's collated batches (what the CPU backend runs fastest), still
+    # without the epoch's last incomplete batch, as the grid engine
+    assert isinstance(loader, ResumableLoader) and not isinstance(loader, DeviceBatches)
+    assert loader.batch_sampler.batches.drop_last
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
 
 
@@ -52,7 +55,8 @@ def test_packed_replicas_fit_and_each_replica_checkpoint_works_alone(tmp_path):
     module = cli.model
     assert isinstance(module, PackedGraphormerModule) and module.model.num_replicas == 2
     assert cli.datamodule.replica_seeds == [3, 5]  # linked: each replica its own batches
-    assert cli.datamodule.train_dataloader().collate is None  # packed: the grid, on the CPU too
+    # packed: the grid, on the CPU too
+    assert isinstance(cli.datamodule.train_dataloader(), DeviceBatches)
     metrics = cli.trainer.callback_metrics
     assert {"val/mae_seed3", "val/mae_seed5", "val/mae"} <= set(metrics)
     assert float(metrics["val/mae"]) == pytest.approx(

@@ -7,9 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 from torch.utils.data import Sampler
-from torch_geometric.data import Data
 
-from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
+from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.data.resumable import (
     ResumableBatchSampler,
@@ -42,9 +41,6 @@ class DeviceBatches:
         samplers: one batch sampler per replica (lists of graph indices); with several, their
             batches must have equal sizes (full batches: ``drop_last``).
         length_multiple: padded lengths are multiples of it, so few shapes occur. Default: 8.
-        collate: instead of grid batches, the collator's batches of ``graphs`` (one replica):
-            what the CPU backend runs fastest, built in process. Default: none.
-        graphs: the split's graphs, for ``collate``.
         stack: batches ``[R, B]``, one row per sampler (packed replicas' training batches),
             also for ``R = 1``. Default: false (one sampler, batches ``[B]``).
         done: the batches of the current epoch trained so far
@@ -53,19 +49,16 @@ class DeviceBatches:
             saves the position in checkpoints and a resumed fit continues mid-epoch exactly.
     """
 
-    def __init__(self, store: GridGraphs | None, samplers: Sequence[Sampler[list[int]]],
-                 length_multiple: int = 8, collate: GraphormerCollator | None = None,
-                 graphs: Sequence[Data] = (), stack: bool = False,
+    def __init__(self, store: GridGraphs, samplers: Sequence[Sampler[list[int]]],
+                 length_multiple: int = 8, stack: bool = False,
                  done: Callable[[], int] = lambda: 0) -> None:
         if not samplers or len(samplers) > 1 and not stack:
             raise ValueError("one batch sampler, or several with stack=True")
-        if (store is None) == (collate is None) or collate is not None and len(samplers) > 1:
-            raise ValueError("give a store, or a collator and the graphs of one replica")
         self.store = store
         self.sampler = _EpochSetter(samplers)
         self.batch_sampler = None  # Lightning inspects a dataloader's pair of them
         self.length_multiple = length_multiple
-        self.collate, self.graphs, self.stack = collate, graphs, stack
+        self.stack = stack
         self._done = done
 
     def __len__(self) -> int:
@@ -99,10 +92,6 @@ class DeviceBatches:
 
     def __iter__(self) -> Iterator[GraphormerBatch]:
         batches = self._epoch()
-        if self.collate is not None:
-            for batch in batches:
-                yield self.collate([self.graphs[i] for i in batch])
-            return
         if not batches:
             return
         # one host-to-device copy an epoch; each step slices a view of it

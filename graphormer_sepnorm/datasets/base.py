@@ -141,8 +141,8 @@ class GraphDataModule(LightningDataModule):
             (:class:`~graphormer_sepnorm.data.grid.GridGraphs`); a step's batch is gathered
             there with static shapes (``data.device_batches.DeviceBatches``), and the last
             incomplete training batch of an epoch is dropped. On the CPU, where the
-            CPU backend runs the collator's batches fastest, ``'device'`` builds those in
-            process instead, except for packed replicas, which need the grid.
+            CPU backend runs the collator's batches fastest, ``'device'`` serves the loader's
+            (still dropping that batch), except for packed replicas, which need the grid.
         replica_seeds: one seed per packed replica (the model's ``seeds``; the CLI links them):
             each replica draws its own training batches. ``None``: one replica, ``seed``.
     """
@@ -218,30 +218,31 @@ class GraphDataModule(LightningDataModule):
     def _batches_done(self) -> int:
         return batches_done(self.trainer)
 
+    def _device(self) -> torch.device | None:
+        return self.trainer.strategy.root_device if self.trainer is not None else None
+
     def _loader(self, split: str, train: bool,
                 packed: bool | None = None) -> DataLoader | DeviceBatches:
-        if self.engine == "device":
-            return self._device_batches(split, train, packed)
+        device = self._device()
+        on_cpu = device is None or device.type == "cpu"
+        if self.engine == "device" and (not on_cpu or self.replica_seeds):
+            return self._device_batches(split, train, packed, device)
         loader, resumable = DataLoader, {}
         if train:
             loader, resumable = ResumableLoader, {"done": self._batches_done}
+        drop_last = train and self.engine == "device"  # as the grid batches do
         return loader(GraphList(self.splits[split]),
-                      batch_sampler=self._sampler(split, train, self.seed),
+                      batch_sampler=self._sampler(split, train, self.seed, drop_last),
                       num_workers=self.num_workers,
                       collate_fn=GraphormerCollator(self.multi_hop_max_dist),
                       persistent_workers=self.num_workers > 0, **resumable)
 
-    def _device_batches(self, split: str, train: bool,
-                        packed: bool | None = None) -> DeviceBatches:
+    def _device_batches(self, split: str, train: bool, packed: bool | None,
+                        device: torch.device | None) -> DeviceBatches:
         if packed is None:
             packed = train and self.replica_seeds is not None
         seeds = self.replica_seeds if packed else [self.seed]
         samplers = [self._sampler(split, train, seed, drop_last=train) for seed in seeds]
-        device = self.trainer.strategy.root_device if self.trainer is not None else None
-        if (device is None or device.type == "cpu") and not self.replica_seeds:
-            return DeviceBatches(None, samplers, graphs=self.splits[split],
-                                 collate=GraphormerCollator(self.multi_hop_max_dist),
-                                 done=self._batches_done)
         if split not in self._stores:
             self._stores[split] = GridGraphs(self.splits[split], self.multi_hop_max_dist,
                                              device or "cpu")

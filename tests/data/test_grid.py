@@ -135,17 +135,12 @@ def test_device_batches_draw_each_replicas_own_order_per_epoch() -> None:
                                                                           strict=True))
 
 
-def test_device_batches_collated_mode_gives_the_loaders_batches() -> None:
+def test_device_batches_want_stacking_for_several_samplers() -> None:
     from graphormer_sepnorm.data import SizeGroupedBatchSampler
     from graphormer_sepnorm.data.device_batches import DeviceBatches
 
     graphs = mixed_graphs()
     sampler = SizeGroupedBatchSampler([g.num_nodes for g in graphs], 3, seed=2)
-    collate = GraphormerCollator(5)
-    batches = DeviceBatches(None, [sampler], collate=collate, graphs=graphs)
-    for got, indices in zip(batches, sampler, strict=True):
-        expected = collate([graphs[i] for i in indices])
-        assert not got.is_grid and torch.equal(got.pair_slot, expected.pair_slot)
     with pytest.raises(ValueError, match="stack=True"):
         DeviceBatches(GridGraphs(graphs), [sampler, sampler])
 
