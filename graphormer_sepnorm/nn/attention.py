@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphormer_sepnorm.nn.dropout import dropout
+
 
 class BiasedMultiheadAttention(nn.Module):
     """Self-attention whose scores get an additive bias before the softmax.
@@ -65,7 +67,7 @@ class BiasedMultiheadAttention(nn.Module):
         if need_weights or not self.fused:
             scores = (q @ k.transpose(-1, -2)) * head_dim**-0.5 + bias
             weights = scores.softmax(-1)
-            out = F.dropout(weights, dropout_p) @ v
+            out = dropout(weights, dropout_p, dropout_p > 0) @ v
             weights = weights if need_weights else None
         else:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)

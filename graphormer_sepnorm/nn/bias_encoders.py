@@ -130,16 +130,18 @@ class EdgePathEncoder(nn.Module):
                   spd: Tensor) -> Tensor:
         """The grid layout's sums: ``hop_edge``, ``hop_index`` ``[P, S]``, ``S`` slots a pair.
 
-        Each pair's slots are one bag of ``embedding_bag``: no ``[P, S, H]`` intermediate.
+        Each pair's slots are gathered from the hop table and summed (a slot past the path's
+        end counts zero): ``vmap`` batches this over packed replicas, which it could not do for
+        ``embedding_bag``, and inductor fuses the gathers into the sum.
         """
         k = self.multi_hop_max_dist
         if self.encoding == "simple":
             direct = (spd == 1).unsqueeze(1)
-            return self.edge_embedding(edge_attr)[hop_edge[:, 0]] * direct
+            return self.edge_embedding(edge_attr)[hop_edge[:, 0].long()] * direct
         table = _sum_precision(self.hop_table(edge_attr))
-        rows = hop_index.clamp(max=k - 1) * len(edge_attr) + hop_edge
-        out = F.embedding_bag(rows, table, mode="sum",
-                              per_sample_weights=(hop_index < k).to(table.dtype))
+        rows = hop_index.clamp(max=k - 1).long() * len(edge_attr) + hop_edge.long()
+        kept = (hop_index < k).unsqueeze(-1).to(table.dtype)
+        out = (F.embedding(rows, table) * kept).sum(1)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
 

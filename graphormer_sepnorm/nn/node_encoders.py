@@ -14,7 +14,10 @@ class FeatureEmbedding(nn.Module):
 
     Column ``f`` takes values ``0 .. feature_dims[f] - 1``; all columns share one table with
     per-column offsets, and the row's embeddings are reduced with ``mode`` in a single
-    ``embedding_bag`` call (no ``[T, F, D]`` intermediate).
+    ``embedding_bag`` call (no ``[T, F, D]`` intermediate). Under ``vmap`` (packed replicas:
+    :attr:`gather_sums`), which has no batching rule for ``embedding_bag`` and would loop over
+    the replicas, and when traced by ``torch.compile`` (inductor fuses the sum into the gather),
+    the rows are gathered and reduced instead: the same function.
 
     Args:
         feature_dims: number of values of each column, e.g. ``[28]`` for ZINC atom types or
@@ -39,6 +42,7 @@ class FeatureEmbedding(nn.Module):
         self.register_buffer("offsets", torch.cumsum(dims, 0) - dims, persistent=False)
         self.register_buffer("dims", dims, persistent=False)
         self.mode = mode
+        self.gather_sums = False
         self.weight = nn.Parameter(torch.empty(int(dims.sum()), dim))
         self.reset_parameters()
 
@@ -52,7 +56,11 @@ class FeatureEmbedding(nn.Module):
             raise ValueError(
                 f"expected {len(self.offsets)} feature columns, got {features.shape[-1]}"
             )
-        return F.embedding_bag(features + self.offsets, self.weight, mode=self.mode)
+        index = features + self.offsets
+        if self.gather_sums or torch.compiler.is_compiling():
+            rows = F.embedding(index, self.weight)  # [T, F, D]
+            return rows.sum(-2) if self.mode == "sum" else rows.mean(-2)
+        return F.embedding_bag(index, self.weight, mode=self.mode)
 
 
 class AtomEncoder(FeatureEmbedding):

@@ -22,6 +22,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 from graphormer_sepnorm.nn.model import Graphormer
+from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
 
 
 def _key(name: str) -> str:
@@ -58,6 +59,8 @@ class PackedReplicas(nn.Module):
         for module in skeleton.modules():
             if isinstance(module, BiasedMultiheadAttention):
                 module.fused = False
+            if isinstance(module, FeatureEmbedding):
+                module.gather_sums = True  # vmap has no batching rule for embedding_bag
         self._skeleton = [skeleton]  # in a list: not a submodule, no state of its own
         self.num_replicas = len(models)
 

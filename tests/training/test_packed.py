@@ -108,3 +108,22 @@ def test_packing_needs_one_config() -> None:
     other, _ = model_pair(torch.float64, sepnorm=False)
     with pytest.raises(ValueError, match="one config"):
         PackedReplicas([first, other])
+
+
+@pytest.mark.parametrize("options", [dict(), dict(edge_encoding="simple"), dict(sepnorm=False)])
+def test_packed_step_needs_no_per_replica_loop(options) -> None:
+    """Every op of a packed training step has a vmap batching rule (no fallback loop)."""
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5, dropout=0.1,
+                          attention_dropout=0.1, activation_dropout=0.1, **options)
+    packed = PackedReplicas([model, model])
+    torch._C._functorch._set_vmap_fallback_enabled(False)  # a fallback raises instead of looping
+    try:
+        out = packed.train()(store.batch(torch.arange(10).view(2, 5), 32))
+        out.sum().backward()
+        evaluated = packed.eval()(store.batch(torch.arange(10), 32))
+    finally:
+        torch._C._functorch._set_vmap_fallback_enabled(True)
+    assert out.shape == (2, 5, 2) and evaluated.shape == (2, 10, 2)
+    grads = dict(zip(packed.names, packed.parameters(), strict=True))
+    assert grads["atom_encoder.weight"].grad.abs().sum() > 0  # through the gathered sums
