@@ -7,6 +7,12 @@ does ``R`` replicas' work. Each replica keeps its own parameters, BatchNorm stat
 draws and batches; AdamW is elementwise, so one AdamW over the stacked parameters steps each
 replica exactly as its own AdamW would, and :func:`clip_grad_norm_per_replica` clips each
 replica's gradient by its own norm, as ``clip_grad_norm_`` would in a single run.
+
+All parameters live in one ``[R, N]`` tensor, :attr:`PackedReplicas.flat`, split into the
+model's tensors at each forward: the gradient is then one ``[R, N]`` tensor too, so clipping
+and AdamW are one reduction and one elementwise pass for all replicas and parameters
+(:class:`~graphormer_sepnorm.training.flat_adamw.FlatAdamW`) instead of a few kernels per
+parameter tensor. ``state_dict`` keeps one stacked entry per parameter, as before.
 """
 
 from __future__ import annotations
@@ -14,12 +20,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import fields
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
+from torch_geometric.data import Data
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
@@ -48,8 +57,12 @@ class PackedReplicas(nn.Module):
         params, buffers = stack_module_state(list(models))
         self.names = list(params)
         self.buffer_names = list(buffers)
-        for name, value in params.items():
-            self.register_parameter(_key(name), nn.Parameter(value.detach().clone()))
+        self.shapes = [value.shape[1:] for value in params.values()]
+        self.sizes = [value[0].numel() for value in params.values()]
+        self.flat = nn.Parameter(torch.cat([value.detach().reshape(len(models), -1)
+                                            for value in params.values()], 1))
+        self.register_buffer("trained", _trained_mask(models[0], self.names, self.sizes),
+                             persistent=False)
         transient = _non_persistent_buffers(models[0])
         for name, value in buffers.items():
             self.register_buffer(_key(name), value.clone(), persistent=name not in transient)
@@ -84,25 +97,58 @@ class PackedReplicas(nn.Module):
             return functional_call(skeleton, (params, buffers), (GraphormerBatch(**fields_),))
 
         return vmap(one, in_dims=(0, 0, None if shared else 0), randomness="different")(
-            self._stacked(self.names, True),
-            self._stacked(self.buffer_names, False), tensors)
+            self.parameter_views(), self._buffers_of(self.buffer_names), tensors)
 
-    def _stacked(self, names: list[str], parameters: bool) -> dict[str, Tensor]:
-        # the module's own dicts: no walk of named_parameters() in every step
-        source = self._parameters if parameters else self._buffers
-        return {name: source[_key(name)] for name in names}
+    def parameter_views(self) -> dict[str, Tensor]:
+        """Each parameter as a ``[R, ...]`` view of :attr:`flat`.
+
+        One ``split``, whose gradient is one ``cat`` into ``flat.grad``.
+        """
+        chunks = self.flat.split(self.sizes, dim=1)
+        return {name: chunk.view(len(chunk), *shape)
+                for name, chunk, shape in zip(self.names, chunks, self.shapes, strict=True)}
+
+    def _buffers_of(self, names: list[str]) -> dict[str, Tensor]:
+        return {name: self._buffers[_key(name)] for name in names}
+
+    def _stacked_state(self) -> dict[str, Tensor]:
+        """Every parameter and persistent buffer, ``[R, ...]``, by the model's names."""
+        return {**self.parameter_views(), **self._buffers_of(self.persistent_buffer_names)}
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:
+        # one stacked entry per parameter, as a module of per-name parameters would save
+        for name, value in self._stacked_state().items():
+            destination[prefix + _key(name)] = value if keep_vars else value.detach()
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        own = {_key(name): value for name, value in self._stacked_state().items()}
+        with torch.no_grad():
+            for key, target in own.items():
+                value = state_dict.get(prefix + key)
+                if value is None:
+                    missing_keys.append(prefix + key)
+                elif value.shape != target.shape:
+                    error_msgs.append(f"size mismatch for {prefix + key}: copying a param with "
+                                      f"shape {tuple(value.shape)}, the shape in current model "
+                                      f"is {tuple(target.shape)}.")
+                else:
+                    target.copy_(value)
+        if strict:
+            unexpected_keys.extend(k for k in state_dict
+                                   if k.startswith(prefix) and k[len(prefix):] not in own)
 
     def replica_state_dict(self, index: int) -> dict[str, Tensor]:
         """Replica ``index``'s weights as a single :class:`Graphormer`'s ``state_dict``."""
-        stacked = {**self._stacked(self.names, True),
-                   **self._stacked(self.persistent_buffer_names, False)}
-        return {name: value[index].detach().clone() for name, value in stacked.items()}
+        return {name: value[index].detach().clone()
+                for name, value in self._stacked_state().items()}
 
     @torch.no_grad()
     def set_replica(self, index: int, model: Graphormer) -> None:
         """Copies ``model``'s weights into replica ``index``."""
-        own = {**self._stacked(self.names, True),
-               **self._stacked(self.persistent_buffer_names, False)}
+        own = self._stacked_state()
         for name, value in model.state_dict().items():
             own[name][index].copy_(value)
 
@@ -112,6 +158,29 @@ class PackedReplicas(nn.Module):
         model.load_state_dict({k: v.cpu() for k, v in self.replica_state_dict(index).items()},
                               assign=True)
         return model
+
+
+def _trained_mask(model: Graphormer, names: list[str], sizes: list[int]) -> Tensor:
+    """``[N]``: 1 for the elements of :attr:`~PackedReplicas.flat` that ``forward`` trains.
+
+    A single run's AdamW skips a parameter without gradient (the last layer's atom norms:
+    ``forward`` reads the graph token only), weight decay included. Packed, such a parameter
+    gets a zero gradient in ``flat.grad``: this mask keeps it from decaying too. Found by one
+    forward and backward of a copy of ``model`` on two two-atom graphs.
+    """
+    config = model.config
+    edge = torch.zeros(2, len(config.edge_feature_dims), dtype=torch.long)
+    pair = Data(x=torch.zeros(2, len(config.atom_feature_dims), dtype=torch.long),
+                edge_index=torch.tensor([[0, 1], [1, 0]]), edge_attr=edge,
+                mol_x=torch.zeros(1, config.mol_feature_dim))
+    batch = GridGraphs([pair, pair], config.multi_hop_max_dist).batch(torch.arange(2), 2)
+    probe = copy.deepcopy(model).cpu().train()
+    with torch.enable_grad():
+        probe(batch).sum().backward()
+    grads = dict(probe.named_parameters())
+    dtype = next(iter(grads.values())).dtype
+    return torch.cat([torch.full((size,), float(grads[name].grad is not None), dtype=dtype)
+                      for name, size in zip(names, sizes, strict=True)])
 
 
 def _non_persistent_buffers(model: nn.Module) -> set[str]:

@@ -12,9 +12,11 @@ from torch import Tensor, nn
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
+from graphormer_sepnorm.training.flat_adamw import FlatAdamW
 from graphormer_sepnorm.training.init_from import init_model_from
 from graphormer_sepnorm.training.module import GraphormerModule
-from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
+from graphormer_sepnorm.training.optimization import adamw_with_schedule
+from graphormer_sepnorm.training.packed import PackedReplicas
 
 
 class PackedGraphormerModule(GraphormerModule):
@@ -46,6 +48,7 @@ class PackedGraphormerModule(GraphormerModule):
         self.val_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
         self.test_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
         self.best_val: list[float | None] = [None] * len(seeds)
+        self._train_losses: Any = None  # replica_losses, compiled with the model
 
     def setup(self, stage: str) -> None:
         """At fit start: ``init_from`` into every replica, the target scaler."""
@@ -61,33 +64,52 @@ class PackedGraphormerModule(GraphormerModule):
         if self.hparams["standardize_targets"] and self.task.scales_targets:
             self.task.set_scaler(*self.trainer.datamodule.target_statistics())
 
+    def configure_model(self) -> None:
+        """With ``compile``: the packed model, and the training forward with its losses."""
+        super().configure_model()
+        if self._compiled and self._train_losses is None:
+            self._train_losses = torch.compile(self.replica_losses, mode=self.hparams["compile"])
+
+    def replica_losses(self, batch: GraphormerBatch) -> Tensor:
+        """Each replica's loss on its own batch (``[R, B, ...]`` fields), ``[R]``."""
+        return torch.vmap(self.task.loss)(self.model(batch).float(), batch.y)
+
     def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """The sum of the replicas' losses: each replica's gradient is its own loss's."""
-        out = self.model(batch).float()
-        losses = torch.stack([self.task.loss(o, y) for o, y in zip(out, batch.y, strict=True)])
-        self.log("train/loss", losses.mean(), batch_size=out.shape[1], prog_bar=True)
+        losses = (self._train_losses or self.replica_losses)(batch)
+        self.log("train/loss", losses.detach().mean(), batch_size=batch.y.shape[1],
+                 prog_bar=True)
         return losses.sum()
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """:class:`~.flat_adamw.FlatAdamW` on the replicas' flat parameters, the schedule."""
+        if self.hparams.get("head_lr") not in (None, self.hparams["lr"]):
+            raise ValueError("head_lr is for a single model, not packed replicas")
+        group = {"params": [self.model.flat], "decay_mask": self.model.trained}
+        optimizer = FlatAdamW([group], lr=self.hparams["lr"],
+                              weight_decay=self.hparams["weight_decay"],
+                              compile=self.hparams["compile"] if self._compiled else None)
+        return adamw_with_schedule(self, self.hparams, self.trainer, optimizer)
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Clips each replica's gradient by its own norm (by value: elementwise anyway)."""
-        if not gradient_clip_val:
-            return
-        if gradient_clip_algorithm == "value":
-            torch.nn.utils.clip_grad_value_(self.parameters(), gradient_clip_val)
-        else:
-            clip_grad_norm_per_replica(list(self.model.parameters()), gradient_clip_val)
+        """Clips each replica's gradient by its own norm (or by value), in the optimizer's step.
+
+        The clipping is done by :meth:`FlatAdamW.step <.flat_adamw.FlatAdamW.step>`, fused
+        with the update; here it only learns the setting.
+        """
+        getattr(optimizer, "optimizer", optimizer).clip(gradient_clip_val,
+                                                         gradient_clip_algorithm)
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Any, loss: Any) -> None:
         out = self.model(batch).float()  # one batch for all replicas: [R, B, T]
         metrics = self.val_metrics if stage == "val" else self.test_metrics
-        losses = []
+        losses = torch.vmap(self.task.loss, in_dims=(0, None))(out, batch.y)
         for index, replica_out in enumerate(out):
-            losses.append(self.task.loss(replica_out, batch.y))
             self.task.update_metric(metrics[index], self.task.metric_inputs(replica_out),
                                     batch.y)
-        loss.update(torch.stack(losses).mean(), weight=batch.num_graphs)
+        loss.update(losses.mean(), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
 
     def on_validation_epoch_end(self) -> None:
