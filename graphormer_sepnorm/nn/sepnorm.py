@@ -74,6 +74,8 @@ class GraphTokenBatchNorm(_FloatStatistics):
         x32 = x.to(_statistics_dtype(x))
         if self.synchronized():
             out = self._global_batch_norm(x32)
+        elif self.uses_batch_statistics(x.shape[0]) and self.momentum is None:  # BatchNorm1d
+            out = self._cumulative_batch_norm(x32)  # would read its count to the host
         elif self.uses_batch_statistics(x.shape[0]):
             out = super().forward(x32)
         else:
@@ -96,9 +98,16 @@ class GraphTokenBatchNorm(_FloatStatistics):
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                             False, 0.0, self.eps)
 
+    def _cumulative_batch_norm(self, x: Tensor) -> Tensor:
+        var, mean = torch.var_mean(x, 0, correction=0)
+        count = torch.full((), float(x.shape[0]), dtype=torch.float64, device=x.device)
+        return self._normalize_and_track(x, mean, var, count)
+
     def _global_batch_norm(self, x: Tensor) -> Tensor:
-        mean, var, count = global_batch_moments(x)
-        # A global batch of one graph takes the running statistics, as in eval mode. Selected
+        return self._normalize_and_track(x, *global_batch_moments(x))
+
+    def _normalize_and_track(self, x: Tensor, mean: Tensor, var: Tensor, count: Tensor) -> Tensor:
+        # A (global) batch of one graph takes the running statistics, as in eval mode. Selected
         # on the device: reading count back would stop every process at each of these norms.
         usable = count > 1
         with torch.no_grad():

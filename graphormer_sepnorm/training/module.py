@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
-from torchmetrics import MeanMetric, Metric
+from torchmetrics import Metric
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.backends import Backend, set_backend
@@ -19,7 +19,7 @@ from graphormer_sepnorm.training import checkpoint_format
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
 from graphormer_sepnorm.training.gp_blend import blend, make_fingerprint_gp, prepare_gp
 from graphormer_sepnorm.training.init_from import init_model_from
-from graphormer_sepnorm.training.metrics import ExtraMetrics
+from graphormer_sepnorm.training.metrics import ExtraMetrics, WeightedMean
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
 from graphormer_sepnorm.training.tasks import TASKS, make_task
 
@@ -164,8 +164,8 @@ class GraphormerModule(_PackedWhenSeeded):
         self.val_extra = self.task.extra_metrics()
         self.test_extra = self.task.extra_metrics()
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
-        self.val_loss = MeanMetric()
-        self.test_loss = MeanMetric()
+        self.val_loss = WeightedMean()
+        self.test_loss = WeightedMean()
         self.gp = make_fingerprint_gp(info, gp_weight, packed=bool(seeds))
         self._weights_from_checkpoint = False
         self._compiled = False
@@ -265,7 +265,7 @@ class GraphormerModule(_PackedWhenSeeded):
         return loss
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
-                  loss: MeanMetric) -> None:
+                  loss: WeightedMean) -> None:
         out = self.model(batch).float()
         loss.update(self.task.loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)

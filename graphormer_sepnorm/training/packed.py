@@ -71,10 +71,10 @@ class PackedReplicas(nn.Module):
         skeleton.fast_encode = None  # the reference model: the CPU backend does not vmap
         for module in skeleton.modules():
             if isinstance(module, BiasedMultiheadAttention):
-                module.fused = False
+                module.fused = False  # SDPA: on CUDA only, on padded heads (see there)
             if isinstance(module, FeatureEmbedding):
                 module.gather_sums = True  # vmap has no batching rule for embedding_bag
-        self._skeleton = [skeleton]  # in a list: not a submodule, no state of its own
+        self._skeleton = [skeleton.train()]  # in a list: not a submodule, no state of its own
         self.num_replicas = len(models)
 
     @property
@@ -82,12 +82,31 @@ class PackedReplicas(nn.Module):
         """The replicas' shared config."""
         return self._skeleton[0].config
 
+    @property
+    def skeleton(self) -> Graphormer:
+        """The replicas' modules, on the meta device.
+
+        Their flags (training, momentum) steer every replica's forward; their parameters and
+        buffers are the stacked ones.
+        """
+        return self._skeleton[0]
+
+    def train(self, mode: bool = True) -> PackedReplicas:
+        """Sets the mode of the replicas' modules (:attr:`skeleton`) too."""
+        super().train(mode)
+        self._skeleton[0].train(mode)
+        return self
+
+    def stacked_buffer(self, name: str) -> Tensor:
+        """The ``[R, ...]`` buffer a single model would call ``name``."""
+        return self._buffers[_key(name)]
+
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Each replica's predictions, ``[R, B, T]``.
 
         Each on its own batch (fields ``[R, ...]``), or all on one (as in evaluation).
         """
-        skeleton = self._skeleton[0].train(self.training)
+        skeleton = self._skeleton[0]
         tensors = {f.name: getattr(batch, f.name) for f in fields(batch)
                    if isinstance(getattr(batch, f.name), Tensor)}
         shared = batch.node_mask.dim() == 2
