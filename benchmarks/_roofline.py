@@ -1,6 +1,6 @@
 """What a training step would run on a GPU, counted on the CPU (for ``gpu_roofline.py``).
 
-Three instruments, each with its limits written next to it:
+Two instruments, each with its limits written next to it:
 
 - :class:`InductorRecorder`: every graph that ``torch.compile`` hands to inductor is lowered and
   scheduled (fused) as inductor does it, with the fusion rules of its CUDA backend (Triton's
@@ -10,9 +10,8 @@ Three instruments, each with its limits written next to it:
   touches counted once, "worst-case inputs, best-case optimization") and the FLOPs of its
   extern calls. Calling such a graph returns uninitialized outputs of the right shapes: nothing
   is computed, so a packed step of eight full-size replicas costs seconds.
-- :func:`cuda_autocast`: CUDA's autocast policy for the ops this model uses, on CPU tensors
-  (CPU autocast leaves ``layer_norm``, ``softmax`` and ``sum`` in the input's precision; CUDA's
-  runs them in float32), so the graphs hold the casts a GPU's would.
+- ``_cuda_policy.py``: what differs on a CUDA device, made to happen on the CPU (autocast's
+  policy, the fused attention kernel).
 - :func:`eager_costs`: what runs outside compiled graphs (the optimizer, clipping, the loss when
   it is not compiled), from ``torch.profiler``: each innermost aten call that launches a kernel
   on a GPU counts one launch (a multi-tensor ``_foreach_``/``_fused_`` call one per chunk of
@@ -23,9 +22,8 @@ Three instruments, each with its limits written next to it:
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,60 +166,6 @@ def _empty_like(value: Any) -> Any:
         return value if not isinstance(value, torch.SymInt) else int(value)
     return torch.empty_strided(tuple(int(s) for s in value.shape),
                                tuple(int(s) for s in value.stride()), dtype=value.dtype)
-
-
-@contextmanager
-def cuda_autocast() -> Iterator[None]:
-    """CPU autocast with CUDA's policy for the ops below (see the module docstring)."""
-    library = torch.library.Library("aten", "IMPL")
-    fp32 = ["layer_norm", "native_layer_norm", "group_norm", "exp", "log", "log1p", "expm1",
-            "rsqrt", "reciprocal", "softplus", "pow.Tensor_Scalar", "pow.Tensor_Tensor",
-            "binary_cross_entropy_with_logits", "l1_loss", "mse_loss"]
-    to_float = ["softmax.int", "log_softmax.int", "sum", "sum.dim_IntList", "cumsum",
-                "linalg_vector_norm"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-        for name in fp32:
-            library.impl(name, _cast_kernel(name, "fp32"), "AutocastCPU")
-        for name in to_float:
-            library.impl(name, _cast_kernel(name, "dtype"), "AutocastCPU")
-        library.impl("einsum", _cast_kernel("einsum", "lower"), "AutocastCPU")
-    try:
-        yield
-    finally:
-        library._destroy()
-
-
-def _cast_kernel(name: str, policy: str) -> Callable[..., Any]:
-    """An AutocastCPU kernel for ``name`` under CUDA's ``policy``.
-
-    ``fp32``: float32 inputs; ``dtype``: a float32 result for half inputs (CUDA's
-    ``fp32_set_opt_dtype``); ``lower``: bfloat16 inputs.
-    """
-    base, _, overload = name.partition(".")
-    op = getattr(getattr(torch.ops.aten, base), overload or "default")
-    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
-    low = (torch.float16, torch.bfloat16)
-
-    def cast(value: Any, dtype: torch.dtype) -> Any:
-        if isinstance(value, list | tuple):
-            return type(value)(cast(v, dtype) for v in value)
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            return value.to(dtype)
-        return value
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        with torch._C._ExcludeDispatchKeyGuard(keys):
-            if policy == "fp32":
-                return op(*cast(args, torch.float32), **kwargs)
-            if policy == "lower":
-                return op(args[0], *cast(args[1:], torch.get_autocast_dtype("cpu")), **kwargs)
-            positional = base in ("softmax", "log_softmax") and len(args) >= 3
-            if args[0].dtype in low and kwargs.get("dtype") is None and not positional:
-                kwargs["dtype"] = torch.float32
-            return op(*args, **kwargs)
-
-    return kernel
 
 
 @dataclass

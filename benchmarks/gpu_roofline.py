@@ -43,7 +43,8 @@ import yaml
 from lightning.pytorch import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _roofline import H100, InductorRecorder, cuda_autocast, eager_costs  # noqa: E402
+from _cuda_policy import cuda_attention, cuda_autocast  # noqa: E402
+from _roofline import H100, InductorRecorder, eager_costs  # noqa: E402
 from gpu_step import DATASETS, synthetic  # noqa: E402
 
 from graphormer_sepnorm.data.grid import GridGraphs  # noqa: E402
@@ -107,7 +108,8 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
     """One path's counts and bounds (a fresh compile)."""
     batch_size = max(2, round(DATASETS[name][0] * args.batch_scale))
     gen = np.random.default_rng(0)
-    with InductorRecorder(cuda_fusion=not args.cpu_fusion) as recorder, cuda_autocast():
+    with (InductorRecorder(cuda_fusion=not args.cpu_fusion) as recorder, cuda_autocast(),
+          cuda_attention()):
         module, optimizer, schedule = build(name, seeds, args)
         batch = batches(store, batch_size, len(seeds) if seeds else None, gen)
         step = lambda: training_step(module, optimizer, schedule, batch)  # noqa: E731

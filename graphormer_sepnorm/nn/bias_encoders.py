@@ -130,9 +130,7 @@ class EdgePathEncoder(nn.Module):
                   spd: Tensor) -> Tensor:
         """The grid layout's sums: ``hop_edge``, ``hop_index`` ``[P, S]``, ``S`` slots a pair.
 
-        Each pair's slots are gathered from the hop table and summed (a slot past the path's
-        end counts zero): ``vmap`` batches this over packed replicas, which it could not do for
-        ``embedding_bag``, and inductor fuses the gathers into the sum.
+        Each pair's slots gathered and summed (``vmap`` batches it, not ``embedding_bag``).
         """
         k = self.multi_hop_max_dist
         if self.encoding == "simple":

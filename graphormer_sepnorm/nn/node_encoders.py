@@ -13,11 +13,8 @@ class FeatureEmbedding(nn.Module):
     """One embedding table per integer feature column, combined per row.
 
     Column ``f`` takes values ``0 .. feature_dims[f] - 1``; all columns share one table with
-    per-column offsets, and the row's embeddings are reduced with ``mode`` in a single
-    ``embedding_bag`` call (no ``[T, F, D]`` intermediate). Under ``vmap`` (packed replicas:
-    :attr:`gather_sums`), which has no batching rule for ``embedding_bag`` and would loop over
-    the replicas, and when traced by ``torch.compile`` (inductor fuses the sum into the gather),
-    the rows are gathered and reduced instead: the same function.
+    per-column offsets, reduced with ``mode`` by one ``embedding_bag`` (gathers under ``vmap``:
+    :attr:`gather_sums`, as ``embedding_bag`` has no batching rule; and when traced).
 
     Args:
         feature_dims: number of values of each column, e.g. ``[28]`` for ZINC atom types or
@@ -56,11 +53,10 @@ class FeatureEmbedding(nn.Module):
             raise ValueError(
                 f"expected {len(self.offsets)} feature columns, got {features.shape[-1]}"
             )
-        index = features + self.offsets
         if self.gather_sums or torch.compiler.is_compiling():
-            rows = F.embedding(index, self.weight)  # [T, F, D]
+            rows = F.embedding(features + self.offsets, self.weight)  # [T, F, D]
             return rows.sum(-2) if self.mode == "sum" else rows.mean(-2)
-        return F.embedding_bag(index, self.weight, mode=self.mode)
+        return F.embedding_bag(features + self.offsets, self.weight, mode=self.mode)
 
 
 class AtomEncoder(FeatureEmbedding):

@@ -1,0 +1,54 @@
+"""Attention through SDPA's fused CUDA kernel, on heads zero-padded to its alignment.
+
+Graphormer-slim's heads have 10 dimensions. SDPA's memory-efficient CUDA kernel, the fused one
+that takes an additive bias and returns its gradient, needs 16-byte aligned heads, so at head
+size 10 SDPA falls back to its unfused math: several kernels, and the ``[B, H, L, L]`` scores
+and probabilities written out, forward and backward. Zero-padded heads change no score and no
+output: the q/k/v projection writes the padded heads directly (its weight gets zero rows) and
+the output projection reads them (zero columns), so the padding costs no copies.
+:class:`~graphormer_sepnorm.nn.attention.BiasedMultiheadAttention` takes this path wherever
+:func:`fused_head_dim` gives a size, under ``vmap`` too (SDPA's batching rule folds the
+replicas into its batch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
+
+
+def fused_head_dim(head_dim: int, device: torch.device) -> int | None:
+    """The head size SDPA's fused kernel gets: on CUDA the next multiple of 8, else ``None``."""
+    return -(-head_dim // 8) * 8 if device.type == "cuda" else None
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p: float,
+         scale: float) -> Tensor:
+    """``F.scaled_dot_product_attention`` with an additive bias (one place to swap it)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
+                                          scale=scale)
+
+
+def padded_heads_attention(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
+                           queries: int, width: int, dropout_p: float) -> Tensor:
+    """``attention``'s output for ``x`` ``[B, L, D]`` through SDPA on heads padded to ``width``.
+
+    ``bias`` ``[B, H, queries, L]``; returns ``[B, queries, D]``.
+    """
+    b, length, dim = x.shape
+    heads, head_dim = attention.num_heads, dim // attention.num_heads
+    pad = width - head_dim
+    weight = F.pad(attention.qkv.weight.view(3, heads, head_dim, dim), (0, 0, 0, pad))
+    qkv = F.linear(x, weight.reshape(3 * heads * width, dim),
+                   F.pad(attention.qkv.bias.view(3, heads, head_dim), (0, pad)).reshape(-1))
+    q, k, v = qkv.view(b, length, 3, heads, width).permute(2, 0, 3, 1, 4)
+    out = sdpa(q[:, :, :queries], k, v, bias.to(q.dtype), dropout_p, head_dim**-0.5)
+    out_weight = F.pad(attention.out.weight.view(dim, heads, head_dim), (0, pad))
+    return F.linear(out.transpose(1, 2).reshape(b, queries, heads * width),
+                    out_weight.reshape(dim, heads * width), attention.out.bias)
