@@ -13,11 +13,10 @@ class BiasedMultiheadAttention(nn.Module):
 
     ``softmax(q k^T / sqrt(d) + bias) v`` per head, then the output projection. The bias
     ``[B, H, L, L]`` carries Graphormer's structure (spatial, edge and graph-token terms) and
-    ``-inf`` on padded keys. With ``need_weights`` it is computed explicitly, so the
-    probabilities can be returned (e.g. to plot the graph token's attention to the atoms); on
-    CUDA by SDPA's fused kernel on zero-padded heads (:mod:`~.fused_attention`, also under
-    ``vmap``); else by SDPA when :attr:`fused` (the float bias is differentiable), explicitly
-    when not (packed replicas on the CPU: under ``vmap`` SDPA's CPU kernel has no bias grad).
+    ``-inf`` on padded keys. With ``need_weights`` it is computed explicitly, to return the
+    probabilities (e.g. to plot the graph token's attention); on CUDA by SDPA's fused kernel on
+    zero-padded heads (:mod:`~.fused_attention`); else by SDPA when :attr:`fused` (the bias
+    is differentiable), explicitly when not (packed on the CPU: SDPA has no bias grad there).
 
     Args:
         dim: model size ``D``.
@@ -60,10 +59,9 @@ class BiasedMultiheadAttention(nn.Module):
         queries = length if num_queries is None else num_queries
         head_dim = dim // self.num_heads
         dropout_p = self.dropout if self.training else 0.0
-        padded = fused_attention.fused_head_dim(head_dim, x.device)
-        if padded is not None and not need_weights:
-            return fused_attention.padded_heads_attention(self, x, bias[:, :, :queries], queries,
-                                                          padded, dropout_p), None
+        width = fused_attention.fused_head_dim(head_dim, x.device)
+        if width is not None and not need_weights:
+            return fused_attention.padded(self, x, bias, queries, width, dropout_p), None
         q, k, v = self.qkv(x).view(b, length, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4)
         q, bias = q[:, :, :queries], bias[:, :, :queries].to(q.dtype)
         weights = None

@@ -35,11 +35,12 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p: float,
                                           scale=scale)
 
 
-def padded_heads_attention(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
-                           queries: int, width: int, dropout_p: float) -> Tensor:
+def padded(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor, queries: int,
+           width: int, dropout_p: float) -> Tensor:
     """``attention``'s output for ``x`` ``[B, L, D]`` through SDPA on heads padded to ``width``.
 
-    ``bias`` ``[B, H, queries, L]``; returns ``[B, queries, D]``.
+    ``bias`` ``[B, H, L, L]`` (its first ``queries`` rows are read); returns
+    ``[B, queries, D]``.
     """
     b, length, dim = x.shape
     heads, head_dim = attention.num_heads, dim // attention.num_heads
@@ -48,7 +49,8 @@ def padded_heads_attention(attention: BiasedMultiheadAttention, x: Tensor, bias:
     qkv = F.linear(x, weight.reshape(3 * heads * width, dim),
                    F.pad(attention.qkv.bias.view(3, heads, head_dim), (0, pad)).reshape(-1))
     q, k, v = qkv.view(b, length, 3, heads, width).permute(2, 0, 3, 1, 4)
-    out = sdpa(q[:, :, :queries], k, v, bias.to(q.dtype), dropout_p, head_dim**-0.5)
+    out = sdpa(q[:, :, :queries], k, v, bias[:, :, :queries].to(q.dtype), dropout_p,
+               head_dim**-0.5)
     out_weight = F.pad(attention.out.weight.view(dim, heads, head_dim), (0, pad))
     return F.linear(out.transpose(1, 2).reshape(b, queries, heads * width),
                     out_weight.reshape(dim, heads * width), attention.out.bias)

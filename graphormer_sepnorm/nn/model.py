@@ -13,6 +13,7 @@ from graphormer_sepnorm.nn.config import NORM_SITES, GraphormerConfig, NormSite
 from graphormer_sepnorm.nn.dropout import Dropout
 from graphormer_sepnorm.nn.layer import GraphormerLayer
 from graphormer_sepnorm.nn.node_encoders import AtomEncoder, DegreeEncoder
+from graphormer_sepnorm.nn.precision import in_activation_dtype
 from graphormer_sepnorm.nn.sepnorm import build_norm
 
 __all__ = ["NORM_SITES", "FastEncode", "Graphormer"]
@@ -129,7 +130,7 @@ class Graphormer(nn.Module):
             tokens = self.fast_encode(self, batch, graph_token_only)
             if tokens is not None:
                 return tokens, []
-        x = self.input_dropout(self.embed_tokens(batch))
+        x = in_activation_dtype(self.input_dropout(self.embed_tokens(batch)))
         bias = self.attention_bias(batch).to(x.dtype)
         node_mask, weights = batch.node_mask, []
         for index, layer in enumerate(self.layers):

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.config import NormKind
 from graphormer_sepnorm.nn.distributed import global_batch_moments, is_distributed
+from graphormer_sepnorm.nn.precision import LayerNorm
 
 
 class _FloatStatistics(nn.BatchNorm1d):
@@ -145,7 +146,7 @@ def _cls_norm(kind: NormKind, dim: int, eps: float, momentum: float,
     if kind == "batch":
         return GraphTokenBatchNorm(dim, eps=eps, momentum=momentum, sync=sync)
     if kind == "layer":
-        return nn.LayerNorm(dim, eps=eps)
+        return LayerNorm(dim, eps=eps)
     if kind == "none":
         return nn.Identity()
     raise ValueError(f"unknown cls_norm {kind!r}; expected 'batch', 'layer' or 'none'")
@@ -203,7 +204,7 @@ class SepNorm(nn.Module):
         return torch.cat([graph_token, atoms_out[:, 1:]], dim=1)
 
 
-class ShareNorm(nn.LayerNorm):
+class ShareNorm(LayerNorm):
     """The baseline: one LayerNorm shared by the graph token and the atoms, ``[B, L, D]``."""
 
     def forward(self, x: Tensor, node_mask: Tensor | None = None) -> Tensor:  # type: ignore[override]
