@@ -101,8 +101,11 @@ class GridGraphs:
         pair_mask = node_mask.unsqueeze(-1) & node_mask.unsqueeze(-2)  # [..., B, N, N]
         first_pair = t["pair_ptr"][index][..., None, None]  # [..., B, 1, 1]
         pair = torch.where(pair_mask, first_pair + pos.unsqueeze(-1) * n.unsqueeze(-1) + pos, 0)
-        spd = torch.where(pair_mask, t["spd"][pair].long(), 0).flatten(-3)  # [..., P]
-        slots = torch.arange(self.hop_slots, device=index.device)
+        # pair fields in the store's small integer types (the model widens them where it
+        # indexes): [P, S] long hop lists were the step's largest inputs
+        spd = torch.where(pair_mask, t["spd"][pair], 0).flatten(-3)  # [..., P]
+        slots = torch.arange(self.hop_slots, device=index.device,
+                             dtype=torch.uint8 if k < 256 else torch.long)
         hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)  # [..., P, S]
         grid_pairs = torch.arange(spd.shape[-1], device=index.device).expand(spd.shape)
         grid_atoms = node_mask.flatten(-2)
@@ -117,7 +120,7 @@ class GridGraphs:
             pair_spd=spd,
             hop_pair=grid_pairs,
             hop_index=hop_index,
-            hop_edge=t["path"][pair].long().flatten(-4, -2),
+            hop_edge=t["path"][pair].flatten(-4, -2),
             y=None if self.y is None else self.y[index],
             mol_x=None if self.mol_x is None else self.mol_x[index],
         )

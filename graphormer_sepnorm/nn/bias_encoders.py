@@ -46,7 +46,8 @@ class SpatialEncoder(nn.Module):
 
     def forward(self, spd: Tensor) -> Tensor:
         """Per-head bias of each pair."""
-        bucket = torch.where(spd < 0, self.max_distance + 1, spd.clamp(max=self.max_distance))
+        bucket = torch.where(spd < 0, self.max_distance + 1,
+                             spd.long().clamp(max=self.max_distance))
         return self.embedding(bucket)
 
 
@@ -138,8 +139,7 @@ class EdgePathEncoder(nn.Module):
             return self.edge_embedding(edge_attr)[hop_edge[:, 0].long()] * direct
         table = _sum_precision(self.hop_table(edge_attr))
         rows = hop_index.clamp(max=k - 1).long() * len(edge_attr) + hop_edge.long()
-        kept = (hop_index < k).unsqueeze(-1).to(table.dtype)
-        out = (F.embedding(rows, table) * kept).sum(1)
+        out = (F.embedding(rows, table) * (hop_index < k).unsqueeze(-1).to(table.dtype)).sum(1)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
 

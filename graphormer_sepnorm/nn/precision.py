@@ -41,7 +41,7 @@ class LayerNorm(nn.LayerNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes the last dimension of ``x``."""
-        if x.dtype == self.weight.dtype or not torch.is_autocast_enabled(x.device.type):
+        if x.dtype == torch.float32 or not torch.is_autocast_enabled(x.device.type):
             return super().forward(x)
         with torch.autocast(x.device.type, enabled=False):
             return F.layer_norm(x, self.normalized_shape, self.weight.to(x.dtype),

@@ -63,6 +63,9 @@ class PackedReplicas(nn.Module):
                                             for value in params.values()], 1))
         self.register_buffer("trained", _trained_mask(models[0], self.names, self.sizes),
                              persistent=False)
+        self._float32 = {f"{prefix}.{name}" for prefix, module in models[0].named_modules()
+                         if isinstance(module, nn.BatchNorm1d) for name, _ in
+                         module.named_parameters(recurse=False)}
         transient = _non_persistent_buffers(models[0])
         for name, value in buffers.items():
             self.register_buffer(_key(name), value.clone(), persistent=name not in transient)
@@ -116,14 +119,28 @@ class PackedReplicas(nn.Module):
             return functional_call(skeleton, (params, buffers), (GraphormerBatch(**fields_),))
 
         return vmap(one, in_dims=(0, 0, None if shared else 0), randomness="different")(
-            self.parameter_views(), self._buffers_of(self.buffer_names), tensors)
+            self._forward_parameters(), self._buffers_of(self.buffer_names), tensors)
 
-    def parameter_views(self) -> dict[str, Tensor]:
-        """Each parameter as a ``[R, ...]`` view of :attr:`flat`.
+    def _forward_parameters(self) -> dict[str, Tensor]:
+        """The parameters the replicas compute with: under autocast, in its dtype.
+
+        Under ``vmap`` a linear layer is a product and a bias addition, and autocast reaches
+        only the product: a float32 bias made every layer's output float32. So the parameters
+        are cast once, as one ``[R, N]`` tensor, except those of the norms that compute their
+        statistics in float32 (the graph token's BatchNorm).
+        """
+        views = self.parameter_views()
+        if not torch.is_autocast_enabled(self.flat.device.type):
+            return views
+        low = self.parameter_views(self.flat.to(torch.get_autocast_dtype(self.flat.device.type)))
+        return {name: views[name] if name in self._float32 else low[name] for name in views}
+
+    def parameter_views(self, flat: Tensor | None = None) -> dict[str, Tensor]:
+        """Each parameter as a ``[R, ...]`` view of :attr:`flat` (or of ``flat``).
 
         One ``split``, whose gradient is one ``cat`` into ``flat.grad``.
         """
-        chunks = self.flat.split(self.sizes, dim=1)
+        chunks = (self.flat if flat is None else flat).split(self.sizes, dim=1)
         return {name: chunk.view(len(chunk), *shape)
                 for name, chunk, shape in zip(self.names, chunks, self.shapes, strict=True)}
 

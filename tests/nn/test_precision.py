@@ -15,6 +15,7 @@ from nn.test_backends import model_pair
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.nn.precision import LayerNorm
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
+from graphormer_sepnorm.training.packed import PackedReplicas
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from _cuda_policy import cuda_autocast  # noqa: E402
@@ -31,9 +32,7 @@ def test_layer_norm_keeps_bfloat16_under_cuda_autocast():
     torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)  # bf16 rounding
 
 
-def test_every_module_of_the_model_returns_bfloat16_under_cuda_autocast():
-    model, _ = model_pair(torch.float32, multi_hop_max_dist=5, dropout=0.1)
-    batch = GridGraphs(mixed_graphs(), multi_hop_max_dist=5).batch(torch.arange(10), 32)
+def _layer_output_dtypes(model, run):
     dtypes = {}
 
     def record(name):
@@ -45,9 +44,35 @@ def test_every_module_of_the_model_returns_bfloat16_under_cuda_autocast():
         if name.startswith("layers.") or name in ("final_norm", "head"):
             module.register_forward_hook(record(name))
     with cuda_autocast(), torch.autocast("cpu", torch.bfloat16):
-        out = model.train()(batch)
+        out = run()
     assert out.dtype == torch.bfloat16 and dtypes
-    assert {name for name, dtype in dtypes.items() if dtype != torch.bfloat16} == set()
+    return {name for name, dtype in dtypes.items() if dtype != torch.bfloat16}
+
+
+def test_every_module_of_the_model_returns_bfloat16_under_cuda_autocast():
+    model, _ = model_pair(torch.float32, multi_hop_max_dist=5, dropout=0.1)
+    batch = GridGraphs(mixed_graphs(), multi_hop_max_dist=5).batch(torch.arange(10), 32)
+    assert _layer_output_dtypes(model, lambda: model.train()(batch)) == set()
     statistics = [b for n, b in model.named_buffers() if "running" in n]
     assert statistics and all(b.dtype == torch.float32 for b in statistics)
     assert any(isinstance(m, GraphTokenBatchNorm) for m in model.modules())
+
+
+def test_packed_replicas_compute_in_bfloat16_too():
+    """Under vmap autocast reaches a linear layer's product, not its bias: the replicas'
+    parameters are cast once (the graph-token BatchNorm's stay float32)."""
+    model, _ = model_pair(torch.float32, multi_hop_max_dist=5, dropout=0.1)
+    packed = PackedReplicas([model, model])
+    batch = GridGraphs(mixed_graphs(), multi_hop_max_dist=5).batch(
+        torch.arange(10).view(2, 5), 32)
+    out = None
+
+    def run():
+        nonlocal out
+        out = packed.train()(batch)
+        return out
+
+    assert _layer_output_dtypes(packed.skeleton, run) == set()
+    out.float().sum().backward()
+    assert packed.flat.grad.dtype == torch.float32 and packed.flat.grad.abs().sum() > 0
+    assert packed.stacked_buffer("final_norm.cls_norm.running_mean").dtype == torch.float32
