@@ -135,8 +135,7 @@ class EdgePathEncoder(nn.Module):
         """
         k = self.multi_hop_max_dist
         if self.encoding == "simple":
-            direct = (spd == 1).unsqueeze(1)
-            return self.edge_embedding(edge_attr)[hop_edge[:, 0].long()] * direct
+            return self.edge_embedding(edge_attr)[hop_edge[:, 0].long()] * (spd == 1).unsqueeze(1)
         table = _sum_precision(self.hop_table(edge_attr))
         rows = hop_index.clamp(max=k - 1).long() * len(edge_attr) + hop_edge.long()
         out = (F.embedding(rows, table) * (hop_index < k).unsqueeze(-1).to(table.dtype)).sum(1)

@@ -200,8 +200,9 @@ class SepNorm(nn.Module):
             atoms_out = self.tok_norm(x, atoms)
         else:
             atoms_out = self.tok_norm(x)
-        # position 0 of the token norm's output is replaced; a cat keeps autograd out-of-place
-        return torch.cat([graph_token, atoms_out[:, 1:]], dim=1)
+        # position 0 of the token norm's output replaced, out of place (fused with the norm)
+        return torch.where(torch.arange(x.shape[1], device=x.device)[:, None] == 0,
+                           graph_token, atoms_out)
 
 
 class ShareNorm(LayerNorm):

@@ -55,17 +55,19 @@ class PackedReplicas(nn.Module):
         if not models or any(m.config != models[0].config for m in models):
             raise ValueError("packed replicas need at least one model, all of one config")
         params, buffers = stack_module_state(list(models))
-        self.names = list(params)
+        # the BatchNorms' parameters last: under autocast the others are cast as one block
+        float32 = {f"{prefix}.{name}" for prefix, module in models[0].named_modules()
+                   if isinstance(module, nn.BatchNorm1d)
+                   for name, _ in module.named_parameters(recurse=False)}
+        self.names = sorted(params, key=lambda name: name in float32)
+        self.low_precision = len(self.names) - len(float32)
         self.buffer_names = list(buffers)
-        self.shapes = [value.shape[1:] for value in params.values()]
-        self.sizes = [value[0].numel() for value in params.values()]
-        self.flat = nn.Parameter(torch.cat([value.detach().reshape(len(models), -1)
-                                            for value in params.values()], 1))
+        self.shapes = [params[name].shape[1:] for name in self.names]
+        self.sizes = [params[name][0].numel() for name in self.names]
+        self.flat = nn.Parameter(torch.cat([params[name].detach().reshape(len(models), -1)
+                                            for name in self.names], 1))
         self.register_buffer("trained", _trained_mask(models[0], self.names, self.sizes),
                              persistent=False)
-        self._float32 = {f"{prefix}.{name}" for prefix, module in models[0].named_modules()
-                         if isinstance(module, nn.BatchNorm1d) for name, _ in
-                         module.named_parameters(recurse=False)}
         transient = _non_persistent_buffers(models[0])
         for name, value in buffers.items():
             self.register_buffer(_key(name), value.clone(), persistent=name not in transient)
@@ -126,23 +128,24 @@ class PackedReplicas(nn.Module):
 
         Under ``vmap`` a linear layer is a product and a bias addition, and autocast reaches
         only the product: a float32 bias made every layer's output float32. So the parameters
-        are cast once, as one ``[R, N]`` tensor, except those of the norms that compute their
-        statistics in float32 (the graph token's BatchNorm).
+        are cast once, as one block of :attr:`flat`, except those of the norms that compute
+        their statistics in float32 (the graph token's BatchNorm), which come last.
         """
-        views = self.parameter_views()
-        if not torch.is_autocast_enabled(self.flat.device.type):
-            return views
-        low = self.parameter_views(self.flat.to(torch.get_autocast_dtype(self.flat.device.type)))
-        return {name: views[name] if name in self._float32 else low[name] for name in views}
+        device = self.flat.device.type
+        if not torch.is_autocast_enabled(device):
+            return self.parameter_views()
+        count = self.low_precision
+        low, high = self.flat.split([sum(self.sizes[:count]), sum(self.sizes[count:])], dim=1)
+        return {**_views(low.to(torch.get_autocast_dtype(device)), self.names[:count],
+                         self.shapes[:count], self.sizes[:count]),
+                **_views(high, self.names[count:], self.shapes[count:], self.sizes[count:])}
 
-    def parameter_views(self, flat: Tensor | None = None) -> dict[str, Tensor]:
-        """Each parameter as a ``[R, ...]`` view of :attr:`flat` (or of ``flat``).
+    def parameter_views(self) -> dict[str, Tensor]:
+        """Each parameter as a ``[R, ...]`` view of :attr:`flat`.
 
         One ``split``, whose gradient is one ``cat`` into ``flat.grad``.
         """
-        chunks = (self.flat if flat is None else flat).split(self.sizes, dim=1)
-        return {name: chunk.view(len(chunk), *shape)
-                for name, chunk, shape in zip(self.names, chunks, self.shapes, strict=True)}
+        return _views(self.flat, self.names, self.shapes, self.sizes)
 
     def _buffers_of(self, names: list[str]) -> dict[str, Tensor]:
         return {name: self._buffers[_key(name)] for name in names}
@@ -194,6 +197,13 @@ class PackedReplicas(nn.Module):
         model.load_state_dict({k: v.cpu() for k, v in self.replica_state_dict(index).items()},
                               assign=True)
         return model
+
+
+def _views(flat: Tensor, names: list[str], shapes: list[torch.Size],
+           sizes: list[int]) -> dict[str, Tensor]:
+    """``flat`` ``[R, sum(sizes)]`` split into ``[R, *shape]`` views by name."""
+    return {name: chunk.view(len(chunk), *shape)
+            for name, chunk, shape in zip(names, flat.split(sizes, dim=1), shapes, strict=True)}
 
 
 def _trained_mask(model: Graphormer, names: list[str], sizes: list[int]) -> Tensor:
