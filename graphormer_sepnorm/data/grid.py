@@ -65,6 +65,7 @@ class GridGraphs:
         add_shortest_paths(missing)
         self.multi_hop_max_dist = multi_hop_max_dist
         self.sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
+        self._lengths: dict[int, np.ndarray] = {}
         host = _host_arrays(graphs, multi_hop_max_dist)
         self.hop_slots = host["path"].shape[1]
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
@@ -128,10 +129,30 @@ class GridGraphs:
     def length_for(self, index: np.ndarray, multiple: int = 8) -> int:
         """The padded length of a batch of graphs ``index`` (host ints).
 
-        Their largest atom count rounded up to ``multiple``, so that few shapes occur.
+        Their largest atom count rounded up to the next of :meth:`lengths`, so that a split's
+        batches take a handful of shapes (each a compiled graph, or a CUDA graph).
         """
         largest = int(self.sizes[index].max(initial=1))
-        return -(-largest // multiple) * multiple
+        lengths = self.lengths(multiple)
+        return int(lengths[min(np.searchsorted(lengths, largest), len(lengths) - 1)])
+
+    def lengths(self, multiple: int = 8) -> np.ndarray:
+        """The padded lengths batches take, sorted.
+
+        Each multiple of ``multiple`` up to the split's median molecule, then steps of a
+        quarter (rounded up to ``multiple``) up to its largest. ZINC-subset's (9 to 38 atoms,
+        median 23) are 8, 16, 24, 32, 40, every multiple of 8; MolHIV's training split (up to
+        222 atoms) 12 lengths instead of 28: random batches of 128 take 7 of them instead of 23,
+        9% longer on average (103 against 94 atoms).
+        """
+        if multiple not in self._lengths:
+            up = lambda n: int(-(-int(np.ceil(n)) // multiple) * multiple)  # noqa: E731
+            largest = up(self.sizes.max(initial=1))
+            lengths = list(range(multiple, up(np.median(self.sizes)) + 1, multiple)) or [multiple]
+            while lengths[-1] < largest:
+                lengths.append(min(largest, max(up(1.25 * lengths[-1]), lengths[-1] + multiple)))
+            self._lengths[multiple] = np.array(lengths)
+        return self._lengths[multiple]
 
 
 def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:
