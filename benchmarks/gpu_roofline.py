@@ -1,17 +1,18 @@
 r"""An H100 bound on training speed, estimated on the CPU from the compiled training step.
 
 The engine's training step (``gpu_fast``: grid batches, bf16-mixed, ``torch.compile``) is built
-as Lightning runs it (``training_step`` under autocast, backward, ``configure_gradient_clipping``,
-the optimizer's and the schedule's steps), for one model (``engine``) and for ``K`` packed
-replicas, and its second step is counted without computing anything (``_roofline.py`` says
-how): kernel launches (inductor's kernels and extern calls of each compiled graph, plus every
-kernel-launching aten call outside the graphs), bytes they read and write, FLOPs and host
-synchronizations. From these, H100 bounds: launches at 4 us each (1.5 us inside CUDA graphs,
-``compile: reduce-overhead``), bytes at 3.0 TB/s, FLOPs at 800 TFLOP/s; the step takes at
-least the largest of the three (the binding bound), which gives model-steps/s and the minutes
-of the tables: ZINC-subset 8 runs x 400k steps, MolHIV 8 runs x 20 epochs of 257 steps.
-Beside the step, one batch of the graph-token statistics pass (``stats``) and of validation
-(``val``), as launches and host synchronizations.
+as the engine and Lightning run it (the batch's gather from the split stored on the device,
+``training_step`` under autocast, backward, ``configure_gradient_clipping``, the optimizer's and
+the schedule's steps), for one model (``engine``) and for ``K`` packed replicas, and its second
+step is counted without computing anything (``_roofline.py`` says how): kernel launches
+(inductor's kernels and extern calls of each compiled graph, plus every kernel-launching aten
+call outside the graphs), bytes they read and write, FLOPs and host synchronizations. From
+these, H100 bounds: launches at 4 us each (1.5 us inside CUDA graphs, ``compile:
+reduce-overhead``), bytes at 3.0 TB/s, FLOPs at 800 TFLOP/s; the step takes at least the largest
+of the three (the binding bound), which gives model-steps/s and the minutes of the tables
+(training steps only): ZINC-subset 8 runs x 400k steps, MolHIV 8 runs x 20 epochs of 257 steps,
+each at the rate of its packed step. Beside the step, one batch of the graph-token statistics
+pass (``stats``) and of validation (``val``), as launches and host synchronizations.
 
 What it cannot see: kernel time beyond these bounds (a small kernel takes longer than its
 bytes), cache reuse (every byte is counted as HBM traffic), the host's own time per step
@@ -23,8 +24,8 @@ then fuses with its CUDA rules). ``gpu_step.py`` measures; this one explains.
     python benchmarks/gpu_roofline.py --layers 2 --batch-scale 0.05 --k 1 2   # a smoke run
 
 The last line: ``gpu_roofline launches_k2=N launches_k8=N table_min=M molhiv_min=M``
-(ZINC-subset launches per packed step at K=2 and K=8, the ZINC-subset and MolHIV tables'
-minutes at the binding bound of the largest K measured).
+(ZINC-subset launches per packed step at K=2 and K=8; the ZINC-subset and MolHIV tables'
+minutes at the binding bound of the largest K measured, K=8 by default).
 """
 
 from __future__ import annotations
@@ -33,19 +34,19 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from lightning.pytorch import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cuda_policy import cuda_attention, cuda_autocast  # noqa: E402
 from _roofline import H100, InductorRecorder, eager_costs  # noqa: E402
-from gpu_step import DATASETS, synthetic  # noqa: E402
+from gpu_step import DATASETS, preset_compile_mode, synthetic  # noqa: E402
 
 from graphormer_sepnorm.data.grid import GridGraphs  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
@@ -58,12 +59,6 @@ from graphormer_sepnorm.training.module import GraphormerModule  # noqa: E402
 #: model-steps of each table: 8 runs (4 seeds x 2 norms) of the recipe's steps.
 TABLES = {"zinc_subset": 8 * 400_000, "molhiv": 8 * 20 * 257}
 HOPS = {"zinc_subset": 20, "molhiv": 5}
-PRESET = Path(__file__).resolve().parents[1] / "configs" / "presets" / "gpu_fast.yaml"
-
-
-def preset_compile_mode() -> str:
-    """The ``model.compile`` of ``configs/presets/gpu_fast.yaml``."""
-    return yaml.safe_load(PRESET.read_text())["model"]["compile"]
 
 
 def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple[Any, ...]:
@@ -85,15 +80,21 @@ def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple
 
 
 def batches(store: GridGraphs, batch_size: int, replicas: int | None,
-            gen: np.random.Generator) -> Any:
-    """A random training batch (``[R, B]`` for packed replicas), padded as the engine pads."""
+            gen: np.random.Generator) -> Callable[[], Any]:
+    """A random training batch (``[R, B]`` for packed replicas), padded as the engine pads.
+
+    Returns the gather that makes it (``DeviceBatches`` runs it at each step, eagerly).
+    """
     rows = [gen.choice(len(store), batch_size, replace=False) for _ in range(replicas or 1)]
     index = np.stack(rows) if replicas else rows[0]
-    return store.batch(torch.from_numpy(index), store.length_for(index.reshape(-1)))
+    length = store.length_for(index.reshape(-1))
+    return lambda: store.batch(torch.from_numpy(index), length)
 
 
-def training_step(module: Any, optimizer: Any, schedule: Any, batch: Any) -> None:
-    """One step as Lightning's automatic optimization with bf16-mixed runs it."""
+def training_step(module: Any, optimizer: Any, schedule: Any, gather: Callable[[], Any]) -> Any:
+    """One step as the engine and Lightning's automatic optimization with bf16-mixed run it."""
+    batch = gather()
+    module.on_train_batch_start(batch, 0)
     optimizer.zero_grad()
     with torch.autocast("cpu", torch.bfloat16):
         loss = module.training_step(batch, 0)
@@ -101,6 +102,7 @@ def training_step(module: Any, optimizer: Any, schedule: Any, batch: Any) -> Non
     module.configure_gradient_clipping(optimizer, 5.0, "norm")
     optimizer.step()
     schedule.step()
+    return batch
 
 
 def measure(name: str, store: GridGraphs, seeds: list[int] | None,
@@ -111,10 +113,9 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
     with (InductorRecorder(cuda_fusion=not args.cpu_fusion) as recorder, cuda_autocast(),
           cuda_attention()):
         module, optimizer, schedule = build(name, seeds, args)
-        batch = batches(store, batch_size, len(seeds) if seeds else None, gen)
-        step = lambda: training_step(module, optimizer, schedule, batch)  # noqa: E731
-        counts = _counted(recorder, step)
-        stats_batch = batches(store, batch_size, None, gen)
+        gather = batches(store, batch_size, len(seeds) if seeds else None, gen)
+        counts = _counted(recorder, lambda: training_step(module, optimizer, schedule, gather))
+        stats_batch = batches(store, batch_size, None, gen)()
         stats = _counted(recorder, lambda: _statistics_pass(module, stats_batch))
         val = _counted(recorder, lambda: _validation_batch(module, stats_batch))
     graphed = args.compile == "reduce-overhead"
@@ -126,7 +127,7 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
     replicas = len(seeds) if seeds else 1
     rate = replicas / bounds[binding]
     return {"dataset": name, "path": f"packed {replicas}" if seeds else "engine",
-            "replicas": replicas, "length": int(batch.node_mask.shape[-1]), **counts,
+            "replicas": replicas, "length": int(gather().node_mask.shape[-1]), **counts,
             "launches": counts["graph_launches"] + counts["eager_launches"],
             **{f"{k}_ms": v * 1e3 for k, v in bounds.items()}, "binding": binding,
             "model_steps_per_s": rate, "table_min": TABLES[name] / rate / 60,

@@ -264,9 +264,28 @@ class GraphormerModule(_PackedWhenSeeded):
         self.log("train/loss", loss, batch_size=batch.num_graphs, prog_bar=True)
         return loss
 
+    def on_train_batch_start(self, *args: Any) -> None:
+        """With CUDA graphs (``compile='reduce-overhead'``), marks a new step.
+
+        The previous step's graph outputs may then be overwritten. Before every training,
+        validation and test batch.
+        """
+        if self.hparams.get("compile") == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+
+    on_validation_batch_start = on_test_batch_start = on_train_batch_start
+
+    def evaluated(self, batch: GraphormerBatch) -> Tensor:
+        """The model's float32 outputs on an evaluation batch, owned by no CUDA graph.
+
+        The metrics may keep them past the next step.
+        """
+        out = self.model(batch).float()
+        return out.clone() if self.hparams.get("compile") == "reduce-overhead" else out
+
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
                   loss: WeightedMean) -> None:
-        out = self.model(batch).float()
+        out = self.evaluated(batch)
         loss.update(self.task.loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones

@@ -49,6 +49,7 @@ class PackedGraphormerModule(GraphormerModule):
         self.test_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
         self.best_val: list[float | None] = [None] * len(seeds)
         self._train_losses: Any = None  # replica_losses, compiled with the model
+        self._single: list[GraphormerModule] = []  # replica_checkpoint's (not a submodule)
 
     def setup(self, stage: str) -> None:
         """At fit start: ``init_from`` into every replica, the target scaler."""
@@ -103,7 +104,7 @@ class PackedGraphormerModule(GraphormerModule):
                                                          gradient_clip_algorithm)
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Any, loss: Any) -> None:
-        out = self.model(batch).float()  # one batch for all replicas: [R, B, T]
+        out = self.evaluated(batch)  # one batch for all replicas: [R, B, T]
         metrics = self.val_metrics if stage == "val" else self.test_metrics
         losses = torch.vmap(self.task.loss, in_dims=(0, None))(out, batch.y)
         for index, replica_out in enumerate(out):
@@ -140,19 +141,30 @@ class PackedGraphormerModule(GraphormerModule):
         return values
 
     def replica_checkpoint(self, index: int) -> dict[str, Any]:
-        """Replica ``index`` as a single run's checkpoint (weights, hyperparameters, step)."""
+        """Replica ``index`` as a single run's checkpoint (weights, hyperparameters, step).
+
+        Beside them, under ``replica``: the seed, the validation metric it was saved for and
+        how often the fit validated (``val_check_interval``, ``check_val_every_n_epoch``).
+        """
         # keys with "_" (the CLI's _instantiator) are no arguments; they go back in as they were
         private = {k: v for k, v in self.hparams.items() if k.startswith("_")}
-        single = GraphormerModule(**{k: v for k, v in self.hparams.items()
-                                     if k != "seeds" and k not in private})
-        single.model.load_state_dict(self.model.replica(index).state_dict())
+        if not self._single:  # one single-run module for every save, on the CPU
+            self._single.append(GraphormerModule(**{k: v for k, v in self.hparams.items()
+                                                    if k != "seeds" and k not in private}))
+        single = self._single[0]
+        single.model.load_state_dict({k: v.cpu() for k, v in
+                                      self.model.replica_state_dict(index).items()})
         single.task.load_state_dict(self.task.state_dict())
+        trainer = self._trainer
         return {"state_dict": single.state_dict(),
                 "hyper_parameters": dict(single.hparams) | private,
                 "epoch": self.current_epoch, "global_step": self.global_step,
                 "pytorch-lightning_version": lightning.__version__,
                 "replica": {"seed": self.seeds[index], "val_" + self.task.metric_name:
-                            self.best_val[index]}}
+                            self.best_val[index],
+                            "val_check_interval": getattr(trainer, "val_check_interval", None),
+                            "check_val_every_n_epoch": getattr(trainer, "check_val_every_n_epoch",
+                                                               None)}}
 
     def _save_replica(self, index: int) -> None:
         folder = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "replicas"

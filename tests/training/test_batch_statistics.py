@@ -110,7 +110,8 @@ def test_callback_reestimates_each_packed_replica(tmp_path, tiny_mirror, monkeyp
     preset = str(CONFIGS / "presets" / "gpu_fast.yaml")
     cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", preset),
                 "--model.seeds", "[3, 5]", "--data.batch_size", "16", "--trainer.max_steps",
-                "2", "--model.warmup_steps", "1", "--model.total_steps", "2"])
+                "2", "--model.warmup_steps", "1", "--model.total_steps", "2",
+                "--trainer.val_check_interval", "2"])
     for seed in (3, 5):
         path = Path(cli.trainer.log_dir) / "replicas" / f"seed{seed}.ckpt"
         replica = GraphormerModule.load_from_checkpoint(path, weights_only=True).model
