@@ -3,6 +3,8 @@
 - :func:`cuda_autocast`: CUDA's autocast policy for the ops this model uses, on CPU tensors
   (CPU autocast leaves ``layer_norm``, ``softmax`` and ``sum`` in the input's precision; CUDA's
   runs them in float32), so the graphs hold the casts a GPU's would.
+- :func:`cuda_gather`: the grid batches' gathers compiled, as on CUDA
+  (``graphormer_sepnorm.data.grid.gathers_compiled``).
 - :func:`cuda_attention`: where the model chooses SDPA's fused CUDA kernel (heads padded,
   ``graphormer_sepnorm.nn.fused_attention.fused_head_dim``), it gets an opaque op with that kernel's
   inputs and outputs, one launch forward and one backward (``roofline::efficient_attention``):
@@ -173,3 +175,19 @@ def cuda_attention() -> Iterator[None]:
         attention.fused_head_dim, attention.sdpa = saved
 
 
+
+
+@contextmanager
+def cuda_gather() -> Iterator[None]:
+    """``GridGraphs.batch`` compiled, as on CUDA (code from before that: nothing changes)."""
+    from graphormer_sepnorm.data import grid
+
+    if not hasattr(grid, "gathers_compiled"):
+        yield
+        return
+    saved = grid.gathers_compiled
+    grid.gathers_compiled = lambda device: True
+    try:
+        yield
+    finally:
+        grid.gathers_compiled = saved

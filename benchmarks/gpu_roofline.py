@@ -44,7 +44,7 @@ import torch
 from lightning.pytorch import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cuda_policy import cuda_attention, cuda_autocast  # noqa: E402
+from _cuda_policy import cuda_attention, cuda_autocast, cuda_gather  # noqa: E402
 from _roofline import H100, InductorRecorder, eager_costs  # noqa: E402
 from gpu_step import DATASETS, preset_compile_mode, synthetic  # noqa: E402
 
@@ -114,7 +114,9 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
           cuda_attention()):
         module, optimizer, schedule = build(name, seeds, args)
         gather = batches(store, batch_size, len(seeds) if seeds else None, gen)
-        counts = _counted(recorder, lambda: training_step(module, optimizer, schedule, gather))
+        with cuda_gather():  # the step's gather; the model's construction gathers eagerly
+            counts = _counted(recorder, lambda: training_step(module, optimizer, schedule,
+                                                              gather))
         stats_batch = batches(store, batch_size, None, gen)()
         stats = _counted(recorder, lambda: _statistics_pass(module, stats_batch))
         val = _counted(recorder, lambda: _validation_batch(module, stats_batch))
