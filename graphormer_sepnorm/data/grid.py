@@ -71,7 +71,8 @@ class GridGraphs:
         self.multi_hop_max_dist = multi_hop_max_dist
         self.sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
         self._lengths: dict[int, np.ndarray] = {}
-        self._compiled_gather: Callable[[Tensor, int], GraphormerBatch] | None = None
+        self._compiled_gather: Callable[[Tensor, int], tuple[Tensor | None, ...]] | None = None
+        self._aranges: dict[tuple[int, torch.device], Tensor] = {}
         host = _host_arrays(graphs, multi_hop_max_dist)
         self.hop_slots = host["path"].shape[1]
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
@@ -111,12 +112,11 @@ class GridGraphs:
         # fakeify a compiled model's view inputs from their bases' symbolic sizes)
         x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x = gather(index, length)
         lead, grid_atoms, spd = index.shape[:-1], node_mask.flatten(-2), spd.flatten(-3)
-        grid_pairs = torch.arange(spd.shape[-1], device=index.device).expand(spd.shape)
+        grid_pairs = self._arange(spd.shape[-1], index.device).expand(spd.shape)
         return GraphormerBatch(
             x=x.flatten(-3, -2),
             degree=degree.flatten(-2),
-            node_slot=torch.arange(grid_atoms.shape[-1], device=index.device).expand(
-                grid_atoms.shape),
+            node_slot=self._arange(grid_atoms.shape[-1], index.device).expand(grid_atoms.shape),
             node_mask=node_mask,
             edge_attr=self.tensors["edge_types"].expand(*lead,
                                                        *self.tensors["edge_types"].shape),
@@ -128,6 +128,13 @@ class GridGraphs:
             y=y,
             mol_x=mol_x,
         )
+
+    def _arange(self, size: int, device: torch.device) -> Tensor:
+        """``arange(size)``, made once per size (no kernel at each step)."""
+        key = (size, device)
+        if key not in self._aranges:
+            self._aranges[key] = torch.arange(size, device=device)
+        return self._aranges[key]
 
     def _gather(self, index: Tensor, length: int) -> tuple[Tensor | None, ...]:
         """The batch's fields as ``[..., B, N(, N, S)]`` blocks (see :meth:`batch`)."""

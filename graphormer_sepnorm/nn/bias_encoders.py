@@ -137,7 +137,7 @@ class EdgePathEncoder(nn.Module):
         if self.encoding == "simple":
             return self.edge_embedding(edge_attr)[hop_edge[:, 0].long()] * (spd == 1).unsqueeze(1)
         table = _sum_precision(self.hop_table(edge_attr))
-        rows = hop_index.clamp(max=k - 1).long() * len(edge_attr) + hop_edge.long()
+        rows = hop_index.clamp(max=k - 1).int() * len(edge_attr) + hop_edge.int()  # int32 saved
         out = (F.embedding(rows, table) * (hop_index < k).unsqueeze(-1).to(table.dtype)).sum(1)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 

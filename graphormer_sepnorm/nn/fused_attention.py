@@ -4,8 +4,9 @@ Graphormer-slim's heads have 10 dimensions. SDPA's memory-efficient CUDA kernel,
 that takes an additive bias and returns its gradient, needs 16-byte aligned heads, so at head
 size 10 SDPA falls back to its unfused math: several kernels, and the ``[B, H, L, L]`` scores
 and probabilities written out, forward and backward. Zero-padded heads change no score and no
-output: the q/k/v projection writes the padded heads directly (its weight gets zero rows) and
-the output projection reads them (zero columns), so the padding costs no copies.
+output. The padding is written with the q/k/v projection's bias (one kernel that a compiled
+step has anyway: the efficient kernel reads a materialized input); padding the projection
+weights instead cost two more small kernels per layer, forward and backward.
 :class:`~graphormer_sepnorm.nn.attention.BiasedMultiheadAttention` takes this path wherever
 :func:`fused_head_dim` gives a size, under ``vmap`` too (SDPA's batching rule folds the
 replicas into its batch).
@@ -44,13 +45,8 @@ def padded(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor, queries
     """
     b, length, dim = x.shape
     heads, head_dim = attention.num_heads, dim // attention.num_heads
-    pad = width - head_dim
-    weight = F.pad(attention.qkv.weight.view(3, heads, head_dim, dim), (0, 0, 0, pad))
-    qkv = F.linear(x, weight.reshape(3 * heads * width, dim),
-                   F.pad(attention.qkv.bias.view(3, heads, head_dim), (0, pad)).reshape(-1))
-    q, k, v = qkv.view(b, length, 3, heads, width).permute(2, 0, 3, 1, 4)
+    qkv = attention.qkv(x).view(b, length, 3, heads, head_dim)
+    q, k, v = F.pad(qkv, (0, width - head_dim)).permute(2, 0, 3, 1, 4)  # [B, H, L, width]
     out = sdpa(q[:, :, :queries], k, v, bias[:, :, :queries].to(q.dtype), dropout_p,
                head_dim**-0.5)
-    out_weight = F.pad(attention.out.weight.view(dim, heads, head_dim), (0, pad))
-    return F.linear(out.transpose(1, 2).reshape(b, queries, heads * width),
-                    out_weight.reshape(dim, heads * width), attention.out.bias)
+    return attention.out(out[..., :head_dim].transpose(1, 2).reshape(b, queries, dim))

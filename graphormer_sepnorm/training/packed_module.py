@@ -69,18 +69,22 @@ class PackedGraphormerModule(GraphormerModule):
         """With ``compile``: the packed model, and the training forward with its losses."""
         super().configure_model()
         if self._compiled and self._train_losses is None:
-            self._train_losses = torch.compile(self.replica_losses, mode=self.hparams["compile"])
+            self._train_losses = torch.compile(self.training_losses, mode=self.hparams["compile"])
 
     def replica_losses(self, batch: GraphormerBatch) -> Tensor:
         """Each replica's loss on its own batch (``[R, B, ...]`` fields), ``[R]``."""
         return torch.vmap(self.task.loss)(self.model(batch).float(), batch.y)
 
+    def training_losses(self, batch: GraphormerBatch) -> tuple[Tensor, Tensor]:
+        """The replicas' summed loss (to differentiate) and their mean (to log), in one graph."""
+        losses = self.replica_losses(batch)
+        return losses.sum(), losses.detach().mean()
+
     def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """The sum of the replicas' losses: each replica's gradient is its own loss's."""
-        losses = (self._train_losses or self.replica_losses)(batch)
-        self.log("train/loss", losses.detach().mean(), batch_size=batch.y.shape[1],
-                 prog_bar=True)
-        return losses.sum()
+        total, mean = (self._train_losses or self.training_losses)(batch)
+        self.log("train/loss", mean, batch_size=batch.y.shape[1], prog_bar=True)
+        return total
 
     def configure_optimizers(self) -> dict[str, Any]:
         """:class:`~.flat_adamw.FlatAdamW` on the replicas' flat parameters, the schedule."""
