@@ -64,6 +64,8 @@ def test_packed_replicas_fit_and_each_replica_checkpoint_works_alone(tmp_path):
     first = module.model.replica(0).state_dict()["head.weight"]
     assert not torch.equal(first, module.model.replica(1).state_dict()["head.weight"])
     replicas = Path(cli.trainer.log_dir) / "replicas"
+    saved = torch.load(replicas / "seed3.ckpt", weights_only=True)["replica"]
+    assert saved["seed"] == 3 and saved["val_check_interval"] == 2  # recorded with the result
     for seed in (3, 5):
         path = replicas / f"seed{seed}.ckpt"
         single = GraphormerModule.load_from_checkpoint(path, weights_only=True)

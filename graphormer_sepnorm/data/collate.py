@@ -54,7 +54,8 @@ class GraphormerBatch:
     padded pairs at distance 0); ``hop_edge`` and ``hop_index`` are ``[P, S]``, ``S`` hop slots
     per pair, a slot past the path's length with ``hop_index >= K`` (it counts for nothing), and
     ``hop_pair`` is ``arange(P)``; ``edge_attr`` holds one row per edge *type* and ``hop_edge``
-    indexes it. Shapes then depend on ``B``, ``N`` and ``S`` only.
+    indexes it. Shapes then depend on ``B``, ``N`` and ``S`` only. ``pair_spd``, ``hop_index``
+    and ``hop_edge`` keep the small integer types of the store (``int8``, ``uint8``).
     """
 
     x: Tensor

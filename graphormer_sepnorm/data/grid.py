@@ -20,7 +20,7 @@ The model computes exactly what it computes from the collator's batch of the sam
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -32,6 +32,11 @@ from graphormer_sepnorm.data.transform import add_shortest_paths
 
 #: Graphs walked per collator call while building.
 _CHUNK = 1024
+
+
+def gathers_compiled(device: torch.device) -> bool:
+    """Whether :meth:`GridGraphs.batch` runs its gathers compiled on ``device``: on CUDA."""
+    return device.type == "cuda"
 
 
 class GridGraphs:
@@ -65,6 +70,9 @@ class GridGraphs:
         add_shortest_paths(missing)
         self.multi_hop_max_dist = multi_hop_max_dist
         self.sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
+        self._lengths: dict[int, np.ndarray] = {}
+        self._compiled_gather: Callable[[Tensor, int], tuple[Tensor | None, ...]] | None = None
+        self._aranges: dict[tuple[int, torch.device], Tensor] = {}
         host = _host_arrays(graphs, multi_hop_max_dist)
         self.hop_slots = host["path"].shape[1]
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
@@ -92,8 +100,45 @@ class GridGraphs:
 
         Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field.
         ``length`` must be at least the largest atom count among them (see :meth:`length_for`).
+        Where :func:`gathers_compiled` says so (on CUDA), the gathers are one compiled function
+        (dynamic shapes: compiled once), a handful of kernels instead of about 28 launches.
         """
-        t, lead, k = self.tensors, index.shape[:-1], self.multi_hop_max_dist
+        gather = self._gather
+        if gathers_compiled(index.device):
+            if self._compiled_gather is None:
+                self._compiled_gather = torch.compile(self._gather, dynamic=True)
+            gather = self._compiled_gather
+        # the gathers' own outputs (no views of them leave a compiled function: dynamo would
+        # fakeify a compiled model's view inputs from their bases' symbolic sizes)
+        x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x = gather(index, length)
+        lead, grid_atoms, spd = index.shape[:-1], node_mask.flatten(-2), spd.flatten(-3)
+        grid_pairs = self._arange(spd.shape[-1], index.device).expand(spd.shape)
+        return GraphormerBatch(
+            x=x.flatten(-3, -2),
+            degree=degree.flatten(-2),
+            node_slot=self._arange(grid_atoms.shape[-1], index.device).expand(grid_atoms.shape),
+            node_mask=node_mask,
+            edge_attr=self.tensors["edge_types"].expand(*lead,
+                                                       *self.tensors["edge_types"].shape),
+            pair_slot=grid_pairs,
+            pair_spd=spd,
+            hop_pair=grid_pairs,
+            hop_index=hop_index.flatten(-4, -2),
+            hop_edge=hop_edge.flatten(-4, -2),
+            y=y,
+            mol_x=mol_x,
+        )
+
+    def _arange(self, size: int, device: torch.device) -> Tensor:
+        """``arange(size)``, made once per size (no kernel at each step)."""
+        key = (size, device)
+        if key not in self._aranges:
+            self._aranges[key] = torch.arange(size, device=device)
+        return self._aranges[key]
+
+    def _gather(self, index: Tensor, length: int) -> tuple[Tensor | None, ...]:
+        """The batch's fields as ``[..., B, N(, N, S)]`` blocks (see :meth:`batch`)."""
+        t, k = self.tensors, self.multi_hop_max_dist
         n = t["num_nodes"][index].unsqueeze(-1)  # [..., B, 1]
         pos = torch.arange(length, device=index.device)
         node_mask = pos < n  # [..., B, N]
@@ -101,34 +146,43 @@ class GridGraphs:
         pair_mask = node_mask.unsqueeze(-1) & node_mask.unsqueeze(-2)  # [..., B, N, N]
         first_pair = t["pair_ptr"][index][..., None, None]  # [..., B, 1, 1]
         pair = torch.where(pair_mask, first_pair + pos.unsqueeze(-1) * n.unsqueeze(-1) + pos, 0)
-        spd = torch.where(pair_mask, t["spd"][pair].long(), 0).flatten(-3)  # [..., P]
-        slots = torch.arange(self.hop_slots, device=index.device)
-        hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)  # [..., P, S]
-        grid_pairs = torch.arange(spd.shape[-1], device=index.device).expand(spd.shape)
-        grid_atoms = node_mask.flatten(-2)
-        return GraphormerBatch(
-            x=t["x"][atom].long().flatten(-3, -2),
-            degree=t["degree"][atom].long().flatten(-2),
-            node_slot=torch.arange(grid_atoms.shape[-1], device=index.device).expand(
-                grid_atoms.shape),
-            node_mask=node_mask,
-            edge_attr=t["edge_types"].expand(*lead, *t["edge_types"].shape),
-            pair_slot=grid_pairs,
-            pair_spd=spd,
-            hop_pair=grid_pairs,
-            hop_index=hop_index,
-            hop_edge=t["path"][pair].long().flatten(-4, -2),
-            y=None if self.y is None else self.y[index],
-            mol_x=None if self.mol_x is None else self.mol_x[index],
-        )
+        # pair fields in the store's small integer types (the model widens them where it
+        # indexes): [P, S] long hop lists were the step's largest inputs
+        spd = torch.where(pair_mask, t["spd"][pair], 0)  # [..., B, N, N]
+        slots = torch.arange(self.hop_slots, device=index.device,
+                             dtype=torch.uint8 if k < 256 else torch.long)
+        hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)
+        return (t["x"][atom].long(), t["degree"][atom].long(), node_mask, spd, hop_index,
+                t["path"][pair], None if self.y is None else self.y[index],
+                None if self.mol_x is None else self.mol_x[index])
 
     def length_for(self, index: np.ndarray, multiple: int = 8) -> int:
         """The padded length of a batch of graphs ``index`` (host ints).
 
-        Their largest atom count rounded up to ``multiple``, so that few shapes occur.
+        Their largest atom count rounded up to the next of :meth:`lengths`, so that a split's
+        batches take a handful of shapes (each a compiled graph, or a CUDA graph).
         """
         largest = int(self.sizes[index].max(initial=1))
-        return -(-largest // multiple) * multiple
+        lengths = self.lengths(multiple)
+        return int(lengths[min(np.searchsorted(lengths, largest), len(lengths) - 1)])
+
+    def lengths(self, multiple: int = 8) -> np.ndarray:
+        """The padded lengths batches take, sorted.
+
+        Each multiple of ``multiple`` up to the split's median molecule, then steps of a
+        quarter (rounded up to ``multiple``) up to its largest. ZINC-subset's (9 to 38 atoms,
+        median 23) are 8, 16, 24, 32, 40, every multiple of 8; MolHIV's training split (up to
+        222 atoms) 12 lengths instead of 28: random batches of 128 take 7 of them instead of 23,
+        9% longer on average (103 against 94 atoms).
+        """
+        if multiple not in self._lengths:
+            up = lambda n: int(-(-int(np.ceil(n)) // multiple) * multiple)  # noqa: E731
+            largest = up(self.sizes.max(initial=1))
+            lengths = list(range(multiple, up(np.median(self.sizes)) + 1, multiple)) or [multiple]
+            while lengths[-1] < largest:
+                lengths.append(min(largest, max(up(1.25 * lengths[-1]), lengths[-1] + multiple)))
+            self._lengths[multiple] = np.array(lengths)
+        return self._lengths[multiple]
 
 
 def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from graphormer_sepnorm.nn import fused_attention
+from graphormer_sepnorm.nn.dropout import dropout
 
 
 class BiasedMultiheadAttention(nn.Module):
@@ -11,12 +13,10 @@ class BiasedMultiheadAttention(nn.Module):
 
     ``softmax(q k^T / sqrt(d) + bias) v`` per head, then the output projection. The bias
     ``[B, H, L, L]`` carries Graphormer's structure (spatial, edge and graph-token terms) and
-    ``-inf`` on padded keys. By default ``F.scaled_dot_product_attention`` computes it (its
-    fused kernels where they apply; the float bias is differentiable); with ``need_weights``
-    the same is computed explicitly so the probabilities can be returned, e.g. to plot the
-    graph token's attention to the atoms, or when :attr:`fused` is false (under ``vmap``, where
-    SDPA's CPU kernel takes no gradient for the bias; at head size 10 a GPU runs SDPA's unfused
-    math anyway).
+    ``-inf`` on padded keys. With ``need_weights`` it is computed explicitly, to return the
+    probabilities (e.g. to plot the graph token's attention); on CUDA by SDPA's fused kernel on
+    zero-padded heads (:mod:`~.fused_attention`); else by SDPA when :attr:`fused` (the bias
+    is differentiable), explicitly when not (packed on the CPU: SDPA has no bias grad there).
 
     Args:
         dim: model size ``D``.
@@ -59,14 +59,17 @@ class BiasedMultiheadAttention(nn.Module):
         queries = length if num_queries is None else num_queries
         head_dim = dim // self.num_heads
         dropout_p = self.dropout if self.training else 0.0
+        width = fused_attention.fused_head_dim(head_dim, x.device)
+        if width is not None and not need_weights:
+            return fused_attention.padded(self, x, bias, queries, width, dropout_p), None
         q, k, v = self.qkv(x).view(b, length, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4)
         q, bias = q[:, :, :queries], bias[:, :, :queries].to(q.dtype)
         weights = None
         if need_weights or not self.fused:
             scores = (q @ k.transpose(-1, -2)) * head_dim**-0.5 + bias
             weights = scores.softmax(-1)
-            out = F.dropout(weights, dropout_p) @ v
+            out = dropout(weights, dropout_p, dropout_p > 0) @ v
             weights = weights if need_weights else None
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)
+            out = fused_attention.sdpa(q, k, v, bias, dropout_p, head_dim**-0.5)
         return self.out(out.transpose(1, 2).reshape(b, queries, dim)), weights

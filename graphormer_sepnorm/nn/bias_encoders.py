@@ -46,7 +46,8 @@ class SpatialEncoder(nn.Module):
 
     def forward(self, spd: Tensor) -> Tensor:
         """Per-head bias of each pair."""
-        bucket = torch.where(spd < 0, self.max_distance + 1, spd.clamp(max=self.max_distance))
+        bucket = torch.where(spd < 0, self.max_distance + 1,
+                             spd.long().clamp(max=self.max_distance))
         return self.embedding(bucket)
 
 
@@ -130,16 +131,14 @@ class EdgePathEncoder(nn.Module):
                   spd: Tensor) -> Tensor:
         """The grid layout's sums: ``hop_edge``, ``hop_index`` ``[P, S]``, ``S`` slots a pair.
 
-        Each pair's slots are one bag of ``embedding_bag``: no ``[P, S, H]`` intermediate.
+        Each pair's slots gathered and summed (``vmap`` batches it, not ``embedding_bag``).
         """
         k = self.multi_hop_max_dist
         if self.encoding == "simple":
-            direct = (spd == 1).unsqueeze(1)
-            return self.edge_embedding(edge_attr)[hop_edge[:, 0]] * direct
+            return self.edge_embedding(edge_attr)[hop_edge[:, 0].long()] * (spd == 1).unsqueeze(1)
         table = _sum_precision(self.hop_table(edge_attr))
-        rows = hop_index.clamp(max=k - 1) * len(edge_attr) + hop_edge
-        out = F.embedding_bag(rows, table, mode="sum",
-                              per_sample_weights=(hop_index < k).to(table.dtype))
+        rows = hop_index.clamp(max=k - 1).int() * len(edge_attr) + hop_edge.int()  # int32 saved
+        out = (F.embedding(rows, table) * (hop_index < k).unsqueeze(-1).to(table.dtype)).sum(1)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
 

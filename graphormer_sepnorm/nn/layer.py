@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
+from graphormer_sepnorm.nn.dropout import Dropout
 
 
 class GraphormerLayer(nn.Module):
@@ -45,10 +46,10 @@ class GraphormerLayer(nn.Module):
         self.attention = BiasedMultiheadAttention(dim, num_heads, attention_dropout)
         self.ffn_norm = ffn_norm
         self.ffn = nn.Sequential(
-            nn.Linear(dim, ffn_dim), nn.GELU(), nn.Dropout(activation_dropout),
+            nn.Linear(dim, ffn_dim), nn.GELU(), Dropout(activation_dropout),
             nn.Linear(ffn_dim, dim),
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, bias: Tensor, node_mask: Tensor, need_weights: bool = False,
                 graph_token_only: bool = False) -> tuple[Tensor, Tensor | None]:

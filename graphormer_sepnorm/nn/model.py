@@ -10,8 +10,10 @@ from torch import Tensor, nn
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 from graphormer_sepnorm.nn.config import NORM_SITES, GraphormerConfig, NormSite
+from graphormer_sepnorm.nn.dropout import Dropout
 from graphormer_sepnorm.nn.layer import GraphormerLayer
 from graphormer_sepnorm.nn.node_encoders import AtomEncoder, DegreeEncoder
+from graphormer_sepnorm.nn.precision import in_activation_dtype
 from graphormer_sepnorm.nn.sepnorm import build_norm
 
 __all__ = ["NORM_SITES", "FastEncode", "Graphormer"]
@@ -65,7 +67,7 @@ class Graphormer(nn.Module):
         self.graph_token = nn.Parameter(torch.empty(c.hidden_dim))
         self.attention_bias = AttentionBias(c.num_heads, c.edge_feature_dims, c.max_distance,
                                             c.multi_hop_max_dist, c.edge_encoding)
-        self.input_dropout = nn.Dropout(c.dropout)
+        self.input_dropout = Dropout(c.dropout)
         self.layers = nn.ModuleList(
             GraphormerLayer(c.hidden_dim, c.ffn_dim, c.num_heads,
                             self._norm("attn", first=index == 0), self._norm("ffn"), c.dropout,
@@ -128,7 +130,7 @@ class Graphormer(nn.Module):
             tokens = self.fast_encode(self, batch, graph_token_only)
             if tokens is not None:
                 return tokens, []
-        x = self.input_dropout(self.embed_tokens(batch))
+        x = in_activation_dtype(self.input_dropout(self.embed_tokens(batch)))
         bias = self.attention_bias(batch).to(x.dtype)
         node_mask, weights = batch.node_mask, []
         for index, layer in enumerate(self.layers):
@@ -162,5 +164,5 @@ def _head(width: int, hidden: int, outputs: int, dropout: float) -> nn.Module:
     """Graphormer's linear head (``hidden == 0``) or a one-hidden-layer MLP."""
     if not hidden:
         return nn.Linear(width, outputs)
-    return nn.Sequential(nn.Dropout(dropout), nn.Linear(width, hidden), nn.ReLU(),
-                         nn.Dropout(dropout), nn.Linear(hidden, outputs))
+    return nn.Sequential(Dropout(dropout), nn.Linear(width, hidden), nn.ReLU(),
+                         Dropout(dropout), nn.Linear(hidden, outputs))

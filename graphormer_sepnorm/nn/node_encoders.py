@@ -13,8 +13,8 @@ class FeatureEmbedding(nn.Module):
     """One embedding table per integer feature column, combined per row.
 
     Column ``f`` takes values ``0 .. feature_dims[f] - 1``; all columns share one table with
-    per-column offsets, and the row's embeddings are reduced with ``mode`` in a single
-    ``embedding_bag`` call (no ``[T, F, D]`` intermediate).
+    per-column offsets, reduced with ``mode`` by one ``embedding_bag`` (gathers under ``vmap``:
+    :attr:`gather_sums`, as ``embedding_bag`` has no batching rule; and when traced).
 
     Args:
         feature_dims: number of values of each column, e.g. ``[28]`` for ZINC atom types or
@@ -39,6 +39,7 @@ class FeatureEmbedding(nn.Module):
         self.register_buffer("offsets", torch.cumsum(dims, 0) - dims, persistent=False)
         self.register_buffer("dims", dims, persistent=False)
         self.mode = mode
+        self.gather_sums = False
         self.weight = nn.Parameter(torch.empty(int(dims.sum()), dim))
         self.reset_parameters()
 
@@ -52,6 +53,9 @@ class FeatureEmbedding(nn.Module):
             raise ValueError(
                 f"expected {len(self.offsets)} feature columns, got {features.shape[-1]}"
             )
+        if self.gather_sums or torch.compiler.is_compiling():
+            rows = F.embedding(features + self.offsets, self.weight)  # [T, F, D]
+            return rows.sum(-2) if self.mode == "sum" else rows.mean(-2)
         return F.embedding_bag(features + self.offsets, self.weight, mode=self.mode)
 
 

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.config import NormKind
 from graphormer_sepnorm.nn.distributed import global_batch_moments, is_distributed
+from graphormer_sepnorm.nn.precision import LayerNorm
 
 
 class _FloatStatistics(nn.BatchNorm1d):
@@ -74,6 +75,8 @@ class GraphTokenBatchNorm(_FloatStatistics):
         x32 = x.to(_statistics_dtype(x))
         if self.synchronized():
             out = self._global_batch_norm(x32)
+        elif self.uses_batch_statistics(x.shape[0]) and self.momentum is None:  # BatchNorm1d
+            out = self._cumulative_batch_norm(x32)  # would read its count to the host
         elif self.uses_batch_statistics(x.shape[0]):
             out = super().forward(x32)
         else:
@@ -96,9 +99,16 @@ class GraphTokenBatchNorm(_FloatStatistics):
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                             False, 0.0, self.eps)
 
+    def _cumulative_batch_norm(self, x: Tensor) -> Tensor:
+        var, mean = torch.var_mean(x, 0, correction=0)
+        count = torch.full((), float(x.shape[0]), dtype=torch.float64, device=x.device)
+        return self._normalize_and_track(x, mean, var, count)
+
     def _global_batch_norm(self, x: Tensor) -> Tensor:
-        mean, var, count = global_batch_moments(x)
-        # A global batch of one graph takes the running statistics, as in eval mode. Selected
+        return self._normalize_and_track(x, *global_batch_moments(x))
+
+    def _normalize_and_track(self, x: Tensor, mean: Tensor, var: Tensor, count: Tensor) -> Tensor:
+        # A (global) batch of one graph takes the running statistics, as in eval mode. Selected
         # on the device: reading count back would stop every process at each of these norms.
         usable = count > 1
         with torch.no_grad():
@@ -136,7 +146,7 @@ def _cls_norm(kind: NormKind, dim: int, eps: float, momentum: float,
     if kind == "batch":
         return GraphTokenBatchNorm(dim, eps=eps, momentum=momentum, sync=sync)
     if kind == "layer":
-        return nn.LayerNorm(dim, eps=eps)
+        return LayerNorm(dim, eps=eps)
     if kind == "none":
         return nn.Identity()
     raise ValueError(f"unknown cls_norm {kind!r}; expected 'batch', 'layer' or 'none'")
@@ -190,11 +200,12 @@ class SepNorm(nn.Module):
             atoms_out = self.tok_norm(x, atoms)
         else:
             atoms_out = self.tok_norm(x)
-        # position 0 of the token norm's output is replaced; a cat keeps autograd out-of-place
-        return torch.cat([graph_token, atoms_out[:, 1:]], dim=1)
+        # position 0 of the token norm's output replaced, out of place (fused with the norm)
+        return torch.where(torch.arange(x.shape[1], device=x.device)[:, None] == 0,
+                           graph_token, atoms_out)
 
 
-class ShareNorm(nn.LayerNorm):
+class ShareNorm(LayerNorm):
     """The baseline: one LayerNorm shared by the graph token and the atoms, ``[B, L, D]``."""
 
     def forward(self, x: Tensor, node_mask: Tensor | None = None) -> Tensor:  # type: ignore[override]

@@ -29,39 +29,43 @@ from graphormer_sepnorm.training.packed import PackedReplicas
 
 
 @torch.no_grad()
-def reestimate_graph_token_statistics(model: Graphormer, batches: Iterable[GraphormerBatch],
+def reestimate_graph_token_statistics(model: Graphormer | PackedReplicas,
+                                      batches: Iterable[GraphormerBatch],
                                       max_graphs: int | None = None) -> int:
     """Sets every graph-token BatchNorm's running statistics to the mean over ``batches``.
 
     As ``torch.optim.swa_utils.update_bn`` does: the statistics are reset, the norms normalize
-    with batch statistics and average them cumulatively (momentum ``None``) while the rest of
-    the model runs in eval mode (no dropout), on the model's own backend (the CPU backend
-    normalizes through the norm modules themselves when their momentum is ``None``; it halves
-    the pass's time against the reference, measured on a small set). Under DDP each batch's
-    statistics are the global batch's, as in training.
+    with batch statistics and average them cumulatively (momentum ``None``, the count kept on
+    the device: no host synchronization) while the rest of the model runs in eval mode (no
+    dropout), on the model's own backend (the CPU backend normalizes through the norm modules
+    themselves when their momentum is ``None``; it halves the pass's time against the
+    reference, measured on a small set). Under DDP each batch's statistics are the global
+    batch's, as in training. Packed replicas are re-estimated together, each on every batch,
+    through the same (compiled) model that trains them.
 
     Args:
-        model: the model; batches are moved to its device.
-        batches: training batches.
+        model: the model or packed replicas; batches are moved to its device.
+        batches: training batches (one for all replicas).
         max_graphs: stop once this many graphs were seen (per process). Default: all.
 
     Returns:
         The number of graphs seen (per process); 0, and nothing changed, without such norms.
     """
-    norms = [m for m in model.modules() if isinstance(m, GraphTokenBatchNorm)]
-    if not norms:
+    modules = model.skeleton if isinstance(model, PackedReplicas) else model
+    names = [n for n, m in modules.named_modules() if isinstance(m, GraphTokenBatchNorm)]
+    if not names:
         return 0
-    training = model.training
-    momenta = [norm.momentum for norm in norms]
+    norms = [modules.get_submodule(name) for name in names]
+    training, momenta = model.training, [norm.momentum for norm in norms]
     model.eval()
+    _reset_statistics(model, names)
     for norm in norms:
-        norm.reset_running_stats()
         norm.momentum = None
         norm.train()
-    count = 0
+    count, device = 0, next(model.parameters()).device
     try:
         for batch in batches:
-            model(batch.to(model.graph_token.device))
+            model(batch.to(device))
             count += batch.num_graphs
             if max_graphs is not None and count >= max_graphs:
                 break
@@ -72,13 +76,25 @@ def reestimate_graph_token_statistics(model: Graphormer, batches: Iterable[Graph
     return count
 
 
+def _reset_statistics(model: Graphormer | PackedReplicas, names: list[str]) -> None:
+    """``reset_running_stats`` of the norms ``names`` (of every replica)."""
+    if not isinstance(model, PackedReplicas):
+        for name in names:
+            model.get_submodule(name).reset_running_stats()
+        return
+    for name in names:
+        model.stacked_buffer(f"{name}.running_mean").zero_()
+        model.stacked_buffer(f"{name}.running_var").fill_(1)
+        model.stacked_buffer(f"{name}.num_batches_tracked").zero_()
+
+
 class ReestimateGraphTokenStatistics(Callback):
     """Before each validation, re-estimates the graph-token BatchNorm statistics.
 
     Over up to ``max_graphs`` training graphs (see the module docstring), so the model that is
     validated, selected and saved as the best checkpoint evaluates with them. Costs one
     forward pass over those graphs per validation (about a third of a training epoch's compute
-    when they are the whole split). Packed replicas are re-estimated one by one, on the same
+    when they are the whole split). Packed replicas are re-estimated together, on the same
     batches. Does nothing for models without the BatchNorm (ShareNorm).
 
     Args:
@@ -94,14 +110,8 @@ class ReestimateGraphTokenStatistics(Callback):
         if trainer.sanity_checking or trainer.state.fn != "fit" or batches is None:
             return
         model = getattr(pl_module, "model", None)
-        if isinstance(model, Graphormer):
+        if isinstance(model, Graphormer | PackedReplicas):
             reestimate_graph_token_statistics(model, batches(), self.max_graphs)
-        elif isinstance(model, PackedReplicas):
-            device = next(model.parameters()).device
-            for index in range(model.num_replicas):
-                replica = model.replica(index).to(device)
-                if reestimate_graph_token_statistics(replica, batches(), self.max_graphs):
-                    model.set_replica(index, replica)
 
 
 def refuse_size_grouped_batch_norm(model: nn.Module, datamodule: Any) -> None:

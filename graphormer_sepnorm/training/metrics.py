@@ -92,3 +92,28 @@ class ExtraMetrics(nn.Module):
             if key != "r2":
                 raise
             return torch.full((len(self.names),), float("nan"))
+
+
+class WeightedMean(Metric):
+    """The weighted mean of per-batch values (the losses), summed across DDP processes.
+
+    ``torchmetrics.MeanMetric`` checks every value for NaN, which reads it back to the host at
+    each batch (and its ``nan_strategy='disable'`` drops the weights); here a NaN loss just
+    makes the mean NaN.
+    """
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.zeros(()), dist_reduce_fx="sum")
+        self.add_state("weight", torch.zeros(()), dist_reduce_fx="sum")
+
+    def update(self, value: Tensor, weight: float = 1.0) -> None:
+        """Adds ``value`` (a scalar tensor) with ``weight``."""
+        self.total += value.detach().to(self.total.dtype) * weight
+        self.weight += weight
+
+    def compute(self) -> Tensor:
+        """The weighted mean."""
+        return self.total / self.weight

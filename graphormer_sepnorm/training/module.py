@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
-from torchmetrics import MeanMetric, Metric
+from torchmetrics import Metric
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.backends import Backend, set_backend
@@ -19,7 +19,7 @@ from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training import checkpoint_format
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
 from graphormer_sepnorm.training.init_from import init_model_from
-from graphormer_sepnorm.training.metrics import ExtraMetrics
+from graphormer_sepnorm.training.metrics import ExtraMetrics, WeightedMean
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
 from graphormer_sepnorm.training.tasks import TASKS, make_task
 
@@ -154,8 +154,8 @@ class GraphormerModule(_PackedWhenSeeded):
         self.val_extra = self.task.extra_metrics()
         self.test_extra = self.task.extra_metrics()
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
-        self.val_loss = MeanMetric()
-        self.test_loss = MeanMetric()
+        self.val_loss = WeightedMean()
+        self.test_loss = WeightedMean()
         self._weights_from_checkpoint = False
         self._compiled = False
 
@@ -242,9 +242,28 @@ class GraphormerModule(_PackedWhenSeeded):
         self.log("train/loss", loss, batch_size=batch.num_graphs, prog_bar=True)
         return loss
 
-    def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
-                  loss: MeanMetric) -> Tensor:
+    def on_train_batch_start(self, *args: Any) -> None:
+        """With CUDA graphs (``compile='reduce-overhead'``), marks a new step.
+
+        The previous step's graph outputs may then be overwritten. Before every training,
+        validation and test batch.
+        """
+        if self.hparams.get("compile") == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+
+    on_validation_batch_start = on_test_batch_start = on_train_batch_start
+
+    def evaluated(self, batch: GraphormerBatch) -> Tensor:
+        """The model's float32 outputs on an evaluation batch, owned by no CUDA graph.
+
+        The metrics may keep them past the next step.
+        """
         out = self.model(batch).float()
+        return out.clone() if self.hparams.get("compile") == "reduce-overhead" else out
+
+    def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
+                  loss: WeightedMean) -> Tensor:
+        out = self.evaluated(batch)
         loss.update(self.task.loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones

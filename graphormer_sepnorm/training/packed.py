@@ -7,6 +7,12 @@ does ``R`` replicas' work. Each replica keeps its own parameters, BatchNorm stat
 draws and batches; AdamW is elementwise, so one AdamW over the stacked parameters steps each
 replica exactly as its own AdamW would, and :func:`clip_grad_norm_per_replica` clips each
 replica's gradient by its own norm, as ``clip_grad_norm_`` would in a single run.
+
+All parameters live in one ``[R, N]`` tensor, :attr:`PackedReplicas.flat`, split into the
+model's tensors at each forward: the gradient is then one ``[R, N]`` tensor too, so clipping
+and AdamW are one reduction and one elementwise pass for all replicas and parameters
+(:class:`~graphormer_sepnorm.training.flat_adamw.FlatAdamW`) instead of a few kernels per
+parameter tensor. ``state_dict`` keeps one stacked entry per parameter, as before.
 """
 
 from __future__ import annotations
@@ -14,14 +20,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import fields
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
+from torch_geometric.data import Data
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 from graphormer_sepnorm.nn.model import Graphormer
+from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
 
 
 def _key(name: str) -> str:
@@ -45,10 +55,19 @@ class PackedReplicas(nn.Module):
         if not models or any(m.config != models[0].config for m in models):
             raise ValueError("packed replicas need at least one model, all of one config")
         params, buffers = stack_module_state(list(models))
-        self.names = list(params)
+        # the BatchNorms' parameters last: under autocast the others are cast as one block
+        float32 = {f"{prefix}.{name}" for prefix, module in models[0].named_modules()
+                   if isinstance(module, nn.BatchNorm1d)
+                   for name, _ in module.named_parameters(recurse=False)}
+        self.names = sorted(params, key=lambda name: name in float32)
+        self.low_precision = len(self.names) - len(float32)
         self.buffer_names = list(buffers)
-        for name, value in params.items():
-            self.register_parameter(_key(name), nn.Parameter(value.detach().clone()))
+        self.shapes = [params[name].shape[1:] for name in self.names]
+        self.sizes = [params[name][0].numel() for name in self.names]
+        self.flat = nn.Parameter(torch.cat([params[name].detach().reshape(len(models), -1)
+                                            for name in self.names], 1))
+        self.register_buffer("trained", _trained_mask(models[0], self.names, self.sizes),
+                             persistent=False)
         transient = _non_persistent_buffers(models[0])
         for name, value in buffers.items():
             self.register_buffer(_key(name), value.clone(), persistent=name not in transient)
@@ -57,8 +76,10 @@ class PackedReplicas(nn.Module):
         skeleton.fast_encode = None  # the reference model: the CPU backend does not vmap
         for module in skeleton.modules():
             if isinstance(module, BiasedMultiheadAttention):
-                module.fused = False
-        self._skeleton = [skeleton]  # in a list: not a submodule, no state of its own
+                module.fused = False  # SDPA: on CUDA only, on padded heads (see there)
+            if isinstance(module, FeatureEmbedding):
+                module.gather_sums = True  # vmap has no batching rule for embedding_bag
+        self._skeleton = [skeleton.train()]  # in a list: not a submodule, no state of its own
         self.num_replicas = len(models)
 
     @property
@@ -66,12 +87,31 @@ class PackedReplicas(nn.Module):
         """The replicas' shared config."""
         return self._skeleton[0].config
 
+    @property
+    def skeleton(self) -> Graphormer:
+        """The replicas' modules, on the meta device.
+
+        Their flags (training, momentum) steer every replica's forward; their parameters and
+        buffers are the stacked ones.
+        """
+        return self._skeleton[0]
+
+    def train(self, mode: bool = True) -> PackedReplicas:
+        """Sets the mode of the replicas' modules (:attr:`skeleton`) too."""
+        super().train(mode)
+        self._skeleton[0].train(mode)
+        return self
+
+    def stacked_buffer(self, name: str) -> Tensor:
+        """The ``[R, ...]`` buffer a single model would call ``name``."""
+        return self._buffers[_key(name)]
+
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Each replica's predictions, ``[R, B, T]``.
 
         Each on its own batch (fields ``[R, ...]``), or all on one (as in evaluation).
         """
-        skeleton = self._skeleton[0].train(self.training)
+        skeleton = self._skeleton[0]
         tensors = {f.name: getattr(batch, f.name) for f in fields(batch)
                    if isinstance(getattr(batch, f.name), Tensor)}
         shared = batch.node_mask.dim() == 2
@@ -81,25 +121,73 @@ class PackedReplicas(nn.Module):
             return functional_call(skeleton, (params, buffers), (GraphormerBatch(**fields_),))
 
         return vmap(one, in_dims=(0, 0, None if shared else 0), randomness="different")(
-            self._stacked(self.names, True),
-            self._stacked(self.buffer_names, False), tensors)
+            self._forward_parameters(), self._buffers_of(self.buffer_names), tensors)
 
-    def _stacked(self, names: list[str], parameters: bool) -> dict[str, Tensor]:
-        # the module's own dicts: no walk of named_parameters() in every step
-        source = self._parameters if parameters else self._buffers
-        return {name: source[_key(name)] for name in names}
+    def _forward_parameters(self) -> dict[str, Tensor]:
+        """The parameters the replicas compute with: under autocast, in its dtype.
+
+        Under ``vmap`` a linear layer is a product and a bias addition, and autocast reaches
+        only the product: a float32 bias made every layer's output float32. So the parameters
+        are cast once, as one block of :attr:`flat`, except those of the norms that compute
+        their statistics in float32 (the graph token's BatchNorm), which come last.
+        """
+        device = self.flat.device.type
+        if not torch.is_autocast_enabled(device):
+            return self.parameter_views()
+        count = self.low_precision
+        low, high = self.flat.split([sum(self.sizes[:count]), sum(self.sizes[count:])], dim=1)
+        return {**_views(low.to(torch.get_autocast_dtype(device)), self.names[:count],
+                         self.shapes[:count], self.sizes[:count]),
+                **_views(high, self.names[count:], self.shapes[count:], self.sizes[count:])}
+
+    def parameter_views(self) -> dict[str, Tensor]:
+        """Each parameter as a ``[R, ...]`` view of :attr:`flat`.
+
+        One ``split``, whose gradient is one ``cat`` into ``flat.grad``.
+        """
+        return _views(self.flat, self.names, self.shapes, self.sizes)
+
+    def _buffers_of(self, names: list[str]) -> dict[str, Tensor]:
+        return {name: self._buffers[_key(name)] for name in names}
+
+    def _stacked_state(self) -> dict[str, Tensor]:
+        """Every parameter and persistent buffer, ``[R, ...]``, by the model's names."""
+        return {**self.parameter_views(), **self._buffers_of(self.persistent_buffer_names)}
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:
+        # one stacked entry per parameter, as a module of per-name parameters would save
+        for name, value in self._stacked_state().items():
+            destination[prefix + _key(name)] = value if keep_vars else value.detach()
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        own = {_key(name): value for name, value in self._stacked_state().items()}
+        with torch.no_grad():
+            for key, target in own.items():
+                value = state_dict.get(prefix + key)
+                if value is None:
+                    missing_keys.append(prefix + key)
+                elif value.shape != target.shape:
+                    error_msgs.append(f"size mismatch for {prefix + key}: copying a param with "
+                                      f"shape {tuple(value.shape)}, the shape in current model "
+                                      f"is {tuple(target.shape)}.")
+                else:
+                    target.copy_(value)
+        if strict:
+            unexpected_keys.extend(k for k in state_dict
+                                   if k.startswith(prefix) and k[len(prefix):] not in own)
 
     def replica_state_dict(self, index: int) -> dict[str, Tensor]:
         """Replica ``index``'s weights as a single :class:`Graphormer`'s ``state_dict``."""
-        stacked = {**self._stacked(self.names, True),
-                   **self._stacked(self.persistent_buffer_names, False)}
-        return {name: value[index].detach().clone() for name, value in stacked.items()}
+        return {name: value[index].detach().clone()
+                for name, value in self._stacked_state().items()}
 
     @torch.no_grad()
     def set_replica(self, index: int, model: Graphormer) -> None:
         """Copies ``model``'s weights into replica ``index``."""
-        own = {**self._stacked(self.names, True),
-               **self._stacked(self.persistent_buffer_names, False)}
+        own = self._stacked_state()
         for name, value in model.state_dict().items():
             own[name][index].copy_(value)
 
@@ -109,6 +197,36 @@ class PackedReplicas(nn.Module):
         model.load_state_dict({k: v.cpu() for k, v in self.replica_state_dict(index).items()},
                               assign=True)
         return model
+
+
+def _views(flat: Tensor, names: list[str], shapes: list[torch.Size],
+           sizes: list[int]) -> dict[str, Tensor]:
+    """``flat`` ``[R, sum(sizes)]`` split into ``[R, *shape]`` views by name."""
+    return {name: chunk.view(len(chunk), *shape)
+            for name, chunk, shape in zip(names, flat.split(sizes, dim=1), shapes, strict=True)}
+
+
+def _trained_mask(model: Graphormer, names: list[str], sizes: list[int]) -> Tensor:
+    """``[N]``: 1 for the elements of :attr:`~PackedReplicas.flat` that ``forward`` trains.
+
+    A single run's AdamW skips a parameter without gradient (the last layer's atom norms:
+    ``forward`` reads the graph token only), weight decay included. Packed, such a parameter
+    gets a zero gradient in ``flat.grad``: this mask keeps it from decaying too. Found by one
+    forward and backward of a copy of ``model`` on two two-atom graphs.
+    """
+    config = model.config
+    edge = torch.zeros(2, len(config.edge_feature_dims), dtype=torch.long)
+    pair = Data(x=torch.zeros(2, len(config.atom_feature_dims), dtype=torch.long),
+                edge_index=torch.tensor([[0, 1], [1, 0]]), edge_attr=edge,
+                mol_x=torch.zeros(1, config.mol_feature_dim))
+    batch = GridGraphs([pair, pair], config.multi_hop_max_dist).batch(torch.arange(2), 2)
+    probe = copy.deepcopy(model).cpu().train()
+    with torch.enable_grad():
+        probe(batch).sum().backward()
+    grads = dict(probe.named_parameters())
+    dtype = next(iter(grads.values())).dtype
+    return torch.cat([torch.full((size,), float(grads[name].grad is not None), dtype=dtype)
+                      for name, size in zip(names, sizes, strict=True)])
 
 
 def _non_persistent_buffers(model: nn.Module) -> set[str]:

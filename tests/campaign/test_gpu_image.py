@@ -30,6 +30,7 @@ def test_fit_from_prepared_splits(prepared, tmp_path):
               "--model.config.hidden_dim", "8", "--model.config.ffn_dim", "8",
               "--model.config.num_heads", "2", "--data.batch_size", "4",
               "--trainer.max_steps", "3", "--model.total_steps", "3", "--model.warmup_steps", "1",
+              "--trainer.val_check_interval", "3",
               "--trainer.accelerator", "cpu", "--trainer.logger.init_args.save_dir",
               str(tmp_path / "runs"), "--trainer.default_root_dir", str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]

@@ -153,3 +153,27 @@ def test_grid_batch_carries_molecule_features() -> None:
     batch = store.batch(torch.tensor([2, 0]), length=32)
     torch.testing.assert_close(batch.mol_x, torch.tensor([[2.0] * 3, [0.0] * 3]))
     assert GridGraphs(mixed_graphs()[:2], multi_hop_max_dist=5).mol_x is None
+
+
+def test_compiled_gather_gives_the_eager_batch(monkeypatch) -> None:
+    """On CUDA the gathers are compiled (dynamic shapes); traced here on the CPU."""
+    from graphormer_sepnorm.data import grid
+
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    calls, real_compile = [], torch.compile
+    monkeypatch.setattr(grid, "gathers_compiled", lambda device: True)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or real_compile(
+        fn, backend="aot_eager", **kw))
+    cases = ((torch.tensor([0, 3, 9]), 32), (torch.tensor([[1, 2], [8, 0]]), 40))
+    compiled = [store.batch(index, length) for index, length in cases]
+    assert calls == [{"dynamic": True}]  # compiled once, for every shape
+    monkeypatch.setattr(grid, "gathers_compiled", lambda device: False)
+    for got, (index, length) in zip(compiled, cases, strict=True):
+        expected = store.batch(index, length)
+        for name, value in vars(expected).items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(getattr(got, name), value), name
+    # a compiled model takes the compiled gather's batch (no view of its outputs reaches it)
+    model, _ = model_pair(torch.float32, multi_hop_max_dist=5)
+    compiled_model = real_compile(model, backend="aot_eager")
+    torch.testing.assert_close(compiled_model.eval()(compiled[0]), model.eval()(compiled[0]))

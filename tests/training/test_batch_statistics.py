@@ -7,10 +7,13 @@ import pytest
 import torch
 from data.test_grid import mixed_graphs
 from nn.test_backends import model_pair
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
 from graphormer_sepnorm.training.batch_statistics import reestimate_graph_token_statistics
+from graphormer_sepnorm.training.packed import PackedReplicas
 
 
 def statistics(model):
@@ -107,7 +110,8 @@ def test_callback_reestimates_each_packed_replica(tmp_path, tiny_mirror, monkeyp
     preset = str(CONFIGS / "presets" / "gpu_fast.yaml")
     cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", preset),
                 "--model.seeds", "[3, 5]", "--data.batch_size", "16", "--trainer.max_steps",
-                "2", "--model.warmup_steps", "1", "--model.total_steps", "2"])
+                "2", "--model.warmup_steps", "1", "--model.total_steps", "2",
+                "--trainer.val_check_interval", "2"])
     for seed in (3, 5):
         path = Path(cli.trainer.log_dir) / "replicas" / f"seed{seed}.ckpt"
         replica = GraphormerModule.load_from_checkpoint(path, weights_only=True).model
@@ -115,3 +119,37 @@ def test_callback_reestimates_each_packed_replica(tmp_path, tiny_mirror, monkeyp
         reestimate_graph_token_statistics(replica, cli.datamodule.statistics_dataloader())
         for name, value in statistics(replica).items():
             torch.testing.assert_close(saved[name], value, msg=name)
+
+
+class _CountSyncs(TorchDispatchMode):
+    """Counts the operations that read a device value back to the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.syncs = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.syncs += func in (torch.ops.aten._local_scalar_dense.default,
+                               torch.ops.aten.nonzero.default)
+        return func(*args, **(kwargs or {}))
+
+
+def test_packed_replicas_are_reestimated_together_as_each_alone_without_host_syncs():
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    batches = [store.batch(torch.arange(5), 32), store.batch(torch.arange(5, 10), 32)]
+    models = [model_pair(torch.float64, multi_hop_max_dist=5, dropout=0.3)[0] for _ in range(2)]
+    with torch.no_grad():
+        models[1].graph_token.add_(1.0)  # another replica, other statistics
+    packed = PackedReplicas(models)
+    with _CountSyncs() as counter:
+        assert reestimate_graph_token_statistics(packed, batches) == 10
+    assert counter.syncs == 0
+    for index, model in enumerate(models):
+        reestimate_graph_token_statistics(model, batches)
+        replica = packed.replica(index)
+        for name, value in statistics(model).items():
+            torch.testing.assert_close(statistics(replica)[name], value, rtol=1e-12,
+                                       atol=1e-12, msg=name)
+    assert packed.training and packed.skeleton.training
+    assert all(m.momentum == 0.1 for m in packed.skeleton.modules()
+               if isinstance(m, GraphTokenBatchNorm))

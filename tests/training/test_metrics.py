@@ -80,3 +80,25 @@ def test_module_logs_metrics_in_target_units():
     assert float(logged["test/rmse"]) == pytest.approx(np.sqrt(((pred - y) ** 2).mean()), rel=1e-5)
     assert float(logged["test/r2"]) == pytest.approx(r2_score(y, pred), rel=1e-4)
     assert "test/mae" in logged  # the main metric keeps its name
+
+
+def test_weighted_mean_of_losses_weights_and_reads_nothing_back():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from graphormer_sepnorm.training.metrics import WeightedMean
+
+    class Syncs(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Syncs.count += func is torch.ops.aten._local_scalar_dense.default
+            return func(*args, **(kwargs or {}))
+
+    mean = WeightedMean()
+    with Syncs():
+        mean.update(torch.tensor(1.0), weight=3)
+        mean.update(torch.tensor(5.0), weight=1)
+    assert Syncs.count == 0
+    assert float(mean.compute()) == 2.0  # (3 * 1 + 5) / 4
+    mean.update(torch.tensor(float("nan")), weight=1)
+    assert torch.isnan(mean.compute())

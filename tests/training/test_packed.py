@@ -15,6 +15,7 @@ from data.test_grid import mixed_graphs
 from nn.test_backends import model_pair
 
 from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.training.flat_adamw import FlatAdamW
 from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
 
 STEPS = 4
@@ -35,7 +36,9 @@ def train_single(model, store, batches, length):
 
 
 def train_packed(packed, store, batches, length):
-    optimizer = torch.optim.AdamW(packed.parameters(), lr=1e-2, weight_decay=0.01)
+    optimizer = FlatAdamW([{"params": [packed.flat], "decay_mask": packed.trained}], lr=1e-2,
+                          weight_decay=0.01)
+    optimizer.clip(CLIP)  # each replica by its own norm, inside the step
     packed.train()
     for index in batches:
         batch = store.batch(index, length)
@@ -44,7 +47,6 @@ def train_packed(packed, store, batches, length):
                    for o, y in zip(out, batch.y, strict=True))
         optimizer.zero_grad()
         loss.backward()
-        clip_grad_norm_per_replica(list(packed.parameters()), CLIP)
         optimizer.step()
     return packed
 
@@ -108,3 +110,76 @@ def test_packing_needs_one_config() -> None:
     other, _ = model_pair(torch.float64, sepnorm=False)
     with pytest.raises(ValueError, match="one config"):
         PackedReplicas([first, other])
+
+
+@pytest.mark.parametrize("options", [dict(), dict(edge_encoding="simple"), dict(sepnorm=False)])
+def test_packed_step_needs_no_per_replica_loop(options) -> None:
+    """Every op of a packed training step has a vmap batching rule (no fallback loop)."""
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5, dropout=0.1,
+                          attention_dropout=0.1, activation_dropout=0.1, **options)
+    packed = PackedReplicas([model, model])
+    torch._C._functorch._set_vmap_fallback_enabled(False)  # a fallback raises instead of looping
+    try:
+        out = packed.train()(store.batch(torch.arange(10).view(2, 5), 32))
+        out.sum().backward()
+        evaluated = packed.eval()(store.batch(torch.arange(10), 32))
+    finally:
+        torch._C._functorch._set_vmap_fallback_enabled(True)
+    assert out.shape == (2, 5, 2) and evaluated.shape == (2, 10, 2)
+    grads = dict(zip(packed.names, packed.flat.grad.split(packed.sizes, 1), strict=True))
+    assert grads["atom_encoder.weight"].abs().sum() > 0  # through the gathered sums
+
+
+@pytest.mark.parametrize("clip", [("norm", 1.0), ("value", 0.05), (None, None)])
+def test_flat_adamw_steps_as_clipping_then_adamw(clip) -> None:
+    """FlatAdamW's fused step is clip_grad_norm_per_replica (or by value) then torch's AdamW."""
+    algorithm, value = clip
+    gen = torch.Generator().manual_seed(3)
+    start = torch.randn(3, 40, generator=gen, dtype=torch.float64)
+    fused, plain = (torch.nn.Parameter(start.clone()) for _ in range(2))
+    flat = FlatAdamW([fused], lr=1e-2, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)
+    flat.clip(value, algorithm)
+    adamw = torch.optim.AdamW([plain], lr=1e-2, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)
+    for _ in range(5):
+        grad = torch.randn(3, 40, generator=gen, dtype=torch.float64)
+        grad[1] *= 1e-3  # replica 1 below the norm
+        fused.grad, plain.grad = grad.clone(), grad.clone()
+        if algorithm == "norm":
+            clip_grad_norm_per_replica([plain], value)
+        elif algorithm == "value":
+            torch.nn.utils.clip_grad_value_([plain], value)
+        flat.step()
+        adamw.step()
+        torch.testing.assert_close(fused, plain, rtol=1e-12, atol=1e-12)
+    assert flat.state[fused]["step"] == 5
+    assert not torch.equal(fused, start)
+
+
+def test_packed_state_dict_has_one_stacked_entry_per_parameter() -> None:
+    first, _ = model_pair(torch.float64)
+    second, _ = model_pair(torch.float64)
+    with torch.no_grad():
+        for parameter in second.parameters():
+            parameter.add_(1.0)
+    packed = PackedReplicas([first, second])
+    state = packed.state_dict()
+    names = {n.replace(".", "__") for n in first.state_dict()}
+    assert set(state) == names  # per-name keys, as before the flat parameter
+    torch.testing.assert_close(state["head__weight"][1], second.head.weight)
+    other = PackedReplicas([second, first])
+    other.load_state_dict(state)
+    torch.testing.assert_close(other.flat, packed.flat)
+    assert torch.equal(other.replica(1).head.weight, second.head.weight)
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        other.load_state_dict({**state, "extra": torch.zeros(1)})
+
+
+def test_parameters_forward_never_reads_are_exempt_from_weight_decay() -> None:
+    model, _ = model_pair(torch.float64)  # 3 layers, SepNorm
+    packed = PackedReplicas([model])
+    untrained = {name for name, mask in zip(packed.names, packed.trained.split(packed.sizes),
+                                            strict=True) if not mask.any()}
+    assert all(m.all() or not m.any() for m in packed.trained.split(packed.sizes))  # per tensor
+    assert untrained == {"layers.2.ffn_norm.tok_norm.weight", "layers.2.ffn_norm.tok_norm.bias",
+                         "final_norm.tok_norm.weight", "final_norm.tok_norm.bias"}

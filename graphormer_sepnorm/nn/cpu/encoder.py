@@ -139,7 +139,7 @@ def normalize_rows(norm: nn.Module, x: Tensor, graph_rows: Tensor) -> Tensor:
     if isinstance(norm, ShareNorm):
         return norm(x)
     cls_norm, tok_norm = norm.cls_norm, norm.tok_norm
-    if (isinstance(cls_norm, GraphTokenBatchNorm) and type(tok_norm) is nn.LayerNorm
+    if (isinstance(cls_norm, GraphTokenBatchNorm) and isinstance(tok_norm, nn.LayerNorm)
             and cls_norm.momentum is not None and not cls_norm.synchronized()):
         return layer_norm_batch_norm_rows(x, graph_rows, tok_norm, cls_norm,
                                           cls_norm.uses_batch_statistics(len(graph_rows)))

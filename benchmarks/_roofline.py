@@ -1,0 +1,233 @@
+"""What a training step would run on a GPU, counted on the CPU (for ``gpu_roofline.py``).
+
+Two instruments, each with its limits written next to it:
+
+- :class:`InductorRecorder`: every graph that ``torch.compile`` hands to inductor is lowered and
+  scheduled (fused) as inductor does it, with the fusion rules of its CUDA backend (Triton's
+  scheduling, swapped in for the CPU device), then recorded instead of code-generated: its
+  kernels (scheduler nodes that generate code), extern calls (matmuls and other library
+  kernels), the bytes each reads and writes (inductor's own estimate: every buffer a kernel
+  touches counted once, "worst-case inputs, best-case optimization") and the FLOPs of its
+  extern calls. Calling such a graph returns uninitialized outputs of the right shapes: nothing
+  is computed, so a packed step of eight full-size replicas costs seconds.
+- ``_cuda_policy.py``: what differs on a CUDA device, made to happen on the CPU (autocast's
+  policy, the fused attention kernel).
+- :func:`eager_costs`: what runs outside compiled graphs (the optimizer, clipping, the loss when
+  it is not compiled), from ``torch.profiler``: each innermost aten call that launches a kernel
+  on a GPU counts one launch (a multi-tensor ``_foreach_``/``_fused_`` call one per chunk of
+  tensors, as CUDA's ``multi_tensor_apply`` launches), its tensor inputs' bytes read and as
+  many written; and the host synchronizations (``item``, ``nonzero`` and the like).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+#: H100 SXM figures the bounds use: HBM bandwidth, a kernel launch without and with CUDA
+#: graphs, dense bf16 tensor-core FLOP/s.
+H100 = {"bytes_per_s": 3.0e12, "launch_s": 4e-6, "graphed_launch_s": 1.5e-6,
+        "flops_per_s": 800e12}
+_GRAPH = "roofline::graph"
+#: aten calls that launch no kernel on a GPU (views, allocations, metadata).
+NO_KERNEL = {
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::_unsafe_view",
+    "aten::reshape", "aten::_reshape_alias", "aten::expand", "aten::expand_as",
+    "aten::as_strided", "aten::as_strided_", "aten::slice", "aten::select", "aten::unsqueeze",
+    "aten::squeeze", "aten::permute", "aten::t", "aten::transpose", "aten::detach",
+    "aten::detach_", "aten::alias", "aten::lift_fresh", "aten::resolve_conj",
+    "aten::resolve_neg", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::chunk",
+    "aten::narrow", "aten::flatten", "aten::unflatten", "aten::view_as", "aten::set_",
+    "aten::result_type", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::type_as",
+    "aten::numpy_T", "aten::size", "aten::stride", "aten::dim", "aten::is_nonzero",
+    "aten::_has_compatible_shallow_copy_type", "aten::_local_scalar_dense", "aten::item",
+}
+#: aten calls that make the host wait for the device.
+SYNCS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
+         "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim", "aten::equal",
+         "aten::is_nonzero", "aten::repeat_interleave", "aten::allclose"}
+#: CUDA's multi_tensor_apply: tensors per launch for 1..5 tensor lists.
+_TENSORS_PER_LAUNCH = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30}
+
+
+@dataclass
+class GraphRecord:
+    """One compiled graph as inductor scheduled it (per call)."""
+
+    name: str
+    kernels: int
+    externs: int
+    bytes: int
+    flops: int
+    calls: int = 0
+
+
+class InductorRecorder:
+    """Records the graphs inductor compiles instead of generating their code.
+
+    Args:
+        cuda_fusion: fuse with inductor's CUDA (Triton) scheduling rules; false: its CPU
+            (C++) rules. Lowering itself stays the CPU's (see the module docstring).
+    """
+
+    def __init__(self, cuda_fusion: bool = True) -> None:
+        self.cuda_fusion = cuda_fusion
+        self.graphs: list[GraphRecord] = []
+        self._stack = ExitStack()
+
+    def __enter__(self) -> InductorRecorder:
+        import torch._inductor.config as inductor_config
+        import torch._inductor.scheduler as scheduler
+        from torch._inductor.graph import GraphLowering
+
+        stack, recorder = self._stack, self
+        stack.enter_context(inductor_config.patch(fx_graph_cache=False, autotune_local_cache=False,
+                                                  compile_threads=1))
+        stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+        original_compile = GraphLowering.compile_to_module
+
+        def record(lowering: GraphLowering) -> _Outputs:
+            lowering._update_scheduler()
+            recorder.graphs.append(_record(lowering, len(recorder.graphs)))
+            return _Outputs(lowering.module, recorder.graphs[-1])
+
+        GraphLowering.compile_to_module = record
+        stack.callback(setattr, GraphLowering, "compile_to_module", original_compile)
+        if self.cuda_fusion:
+            from torch._inductor.codegen.triton import TritonScheduling
+
+            original = scheduler.get_scheduling_for_device
+            scheduler.get_scheduling_for_device = (
+                lambda device: TritonScheduling if device == "cpu" else original(device))
+            stack.callback(setattr, scheduler, "get_scheduling_for_device", original)
+        torch._dynamo.reset()
+        stack.callback(torch._dynamo.reset)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+
+def _record(lowering: Any, index: int) -> GraphRecord:
+    from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
+
+    kernels = externs = size = flops = 0
+    for node in lowering.scheduler.nodes:
+        if isinstance(node, NopKernelSchedulerNode):
+            continue
+        size += node.get_read_write_buffers_sizes()
+        if isinstance(node, ExternKernelSchedulerNode):
+            externs += not _is_view_like(node)
+            flops += node.estimate_flops() or 0
+        else:
+            kernels += 1
+    kind = "backward" if "tangents_1" in {n.name for n in lowering.module.graph.nodes} else \
+        "forward"
+    return GraphRecord(f"{index}:{kind}", kernels, externs, size, flops)
+
+
+def _is_view_like(node: Any) -> bool:
+    """MultiOutput nodes (a tuple's items) and reinterpretations launch nothing."""
+    from torch._inductor import ir
+
+    return isinstance(node.node, ir.MultiOutput | ir.ReinterpretView)
+
+
+class _Outputs:
+    """The compiled module's stand-in: ``call`` returns empty outputs shaped as the graph's."""
+
+    __file__ = "roofline"
+
+    def __init__(self, gm: torch.fx.GraphModule, record: GraphRecord) -> None:
+        output = gm.graph.output_node().args[0]
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.specs = [n if not isinstance(n, torch.fx.Node) else placeholders.index(n)
+                      if n in placeholders else n.meta.get("val")
+                      for n in (output if isinstance(output, list | tuple) else [output])]
+        self.record = record
+
+    def call(self, args: list[Any]) -> list[Any]:
+        """Uninitialized tensors of the outputs' shapes, strides and dtypes."""
+        self.record.calls += 1
+        with record_function(_GRAPH):
+            out = [args[s] if isinstance(s, int) else _empty_like(s) for s in self.specs]
+        args.clear()
+        return out
+
+
+def _empty_like(value: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value if not isinstance(value, torch.SymInt) else int(value)
+    return torch.empty_strided(tuple(int(s) for s in value.shape),
+                               tuple(int(s) for s in value.stride()), dtype=value.dtype)
+
+
+@dataclass
+class EagerCosts:
+    """What ran outside compiled graphs in one step."""
+
+    launches: int
+    bytes: int
+    flops: int
+    syncs: int
+
+
+def eager_costs(step: Callable[[], Any]) -> EagerCosts:
+    """Runs ``step`` under the profiler and counts (see the module docstring)."""
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
+        step()
+    events = list(prof.events())
+    launches = size = flops = syncs = 0
+    for event in events:
+        if not event.name.startswith("aten::") or _inside_graph(event):
+            continue
+        syncs += event.name in SYNCS and not _under(event, "aten::_fused_adam")
+        if event.name in NO_KERNEL or _scalar_copy(event) or any(
+                c.name.startswith("aten::") for c in event.cpu_children):
+            continue
+        count, read = _launches_and_bytes(event)
+        launches, size, flops = launches + count, size + 2 * read, flops + (event.flops or 0)
+    return EagerCosts(launches, size, flops, syncs)
+
+
+def _inside_graph(event: Any) -> bool:
+    return _under(event, _GRAPH)
+
+
+def _under(event: Any, prefix: str) -> bool:
+    """Whether a caller of ``event`` is named ``prefix...``.
+
+    The CPU's fused AdamW reads each step counter to the host; CUDA's reads them on the device,
+    so syncs under it are not counted.
+    """
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(prefix):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def _scalar_copy(event: Any) -> bool:
+    """The CPU's wrapping of Python scalars into 0-dim tensors (a kernel argument on a GPU)."""
+    return event.name == "aten::copy_" and all(s == [] for s in event.input_shapes)
+
+
+def _launches_and_bytes(event: Any) -> tuple[int, int]:
+    sizes = {"double": 8, "long int": 8, "float": 4, "int": 4, "c10::BFloat16": 2,
+             "c10::Half": 2, "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
+    lists = [s for s in event.input_shapes if s and isinstance(s[0], list)]
+    read = 0
+    for shape, dtype in zip(event.input_shapes, event.input_dtypes, strict=False):
+        shapes = shape if shape and isinstance(shape[0], list) else [shape]
+        read += sum(math.prod(s) * sizes.get(dtype, 4) for s in shapes if isinstance(s, list))
+    if not lists:
+        return 1, read
+    tensors = len(lists[0])
+    return math.ceil(tensors / _TENSORS_PER_LAUNCH.get(len(lists), 30)), read

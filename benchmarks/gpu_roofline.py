@@ -1,0 +1,240 @@
+r"""An H100 bound on training speed, estimated on the CPU from the compiled training step.
+
+The engine's training step (``gpu_fast``: grid batches, bf16-mixed, ``torch.compile``) is built
+as the engine and Lightning run it (the batch's gather from the split stored on the device,
+``training_step`` under autocast, backward, ``configure_gradient_clipping``, the optimizer's and
+the schedule's steps), for one model (``engine``) and for ``K`` packed replicas, and its second
+step is counted without computing anything (``_roofline.py`` says how): kernel launches
+(inductor's kernels and extern calls of each compiled graph, plus every kernel-launching aten
+call outside the graphs), bytes they read and write, FLOPs and host synchronizations. From
+these, H100 bounds: launches at 4 us each (1.5 us inside CUDA graphs, ``compile:
+reduce-overhead``), bytes at 3.0 TB/s, FLOPs at 800 TFLOP/s; the step takes at least the largest
+of the three (the binding bound), which gives model-steps/s and the minutes of the tables
+(training steps only): ZINC-subset 8 runs x 400k steps, MolHIV 8 runs x 20 epochs of 257 steps,
+each at the rate of its packed step. Beside the step, one batch of the graph-token statistics
+pass (``stats``) and of validation (``val``), as launches and host synchronizations.
+
+What it cannot see: kernel time beyond these bounds (a small kernel takes longer than its
+bytes), cache reuse (every byte is counted as HBM traffic), the host's own time per step
+(Python, Lightning), and where CPU lowering differs from CUDA's (inductor lowers on the CPU,
+then fuses with its CUDA rules). ``gpu_step.py`` measures; this one explains.
+
+    python benchmarks/gpu_roofline.py                   # full sizes, both datasets (minutes)
+    python benchmarks/gpu_roofline.py --datasets zinc_subset --k 2 8
+    python benchmarks/gpu_roofline.py --layers 2 --batch-scale 0.05 --k 1 2   # a smoke run
+
+The last line: ``gpu_roofline launches_k2=N launches_k8=N table_min=M molhiv_min=M``
+(ZINC-subset launches per packed step at K=2 and K=8; the ZINC-subset and MolHIV tables'
+minutes at the binding bound of the largest K measured, K=8 by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch import Trainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cuda_policy import cuda_attention, cuda_autocast, cuda_gather  # noqa: E402
+from _roofline import H100, InductorRecorder, eager_costs  # noqa: E402
+from gpu_step import DATASETS, preset_compile_mode, synthetic  # noqa: E402
+
+from graphormer_sepnorm.data.grid import GridGraphs  # noqa: E402
+from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
+from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
+from graphormer_sepnorm.training.batch_statistics import (  # noqa: E402
+    ReestimateGraphTokenStatistics,
+)
+from graphormer_sepnorm.training.module import GraphormerModule  # noqa: E402
+
+#: model-steps of each table: 8 runs (4 seeds x 2 norms) of the recipe's steps.
+TABLES = {"zinc_subset": 8 * 400_000, "molhiv": 8 * 20 * 257}
+HOPS = {"zinc_subset": 20, "molhiv": 5}
+
+
+def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple[Any, ...]:
+    """The module (reference backend, compiled as on a GPU), its optimizer and schedule."""
+    _, atom_dims, edge_dims, task, _ = DATASETS[name]
+    info = {"name": name, "task": task, "target_names": ["y"],
+            "atom_feature_dims": list(atom_dims), "edge_feature_dims": list(edge_dims)}
+    config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=HOPS[name])
+    module = GraphormerModule(dataset_info=info, config=config, seeds=seeds, backend="reference",
+                              compile=args.compile, warmup_steps=10, total_steps=1000)
+    module.trainer = Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False, max_steps=1000)
+    module.log = lambda *a, **k: None  # no loop to log into
+    module._compiles_here = lambda: True  # as on a GPU
+    module.configure_model()
+    answer = module.configure_optimizers()
+    return module, answer["optimizer"], answer["lr_scheduler"]["scheduler"]
+
+
+def batches(store: GridGraphs, batch_size: int, replicas: int | None,
+            gen: np.random.Generator) -> Callable[[], Any]:
+    """A random training batch (``[R, B]`` for packed replicas), padded as the engine pads.
+
+    Returns the gather that makes it (``DeviceBatches`` runs it at each step, eagerly).
+    """
+    rows = [gen.choice(len(store), batch_size, replace=False) for _ in range(replicas or 1)]
+    index = np.stack(rows) if replicas else rows[0]
+    length = store.length_for(index.reshape(-1))
+    return lambda: store.batch(torch.from_numpy(index), length)
+
+
+def training_step(module: Any, optimizer: Any, schedule: Any, gather: Callable[[], Any]) -> Any:
+    """One step as the engine and Lightning's automatic optimization with bf16-mixed run it."""
+    batch = gather()
+    module.on_train_batch_start(batch, 0)
+    optimizer.zero_grad()
+    with torch.autocast("cpu", torch.bfloat16):
+        loss = module.training_step(batch, 0)
+    loss.backward()
+    module.configure_gradient_clipping(optimizer, 5.0, "norm")
+    optimizer.step()
+    schedule.step()
+    return batch
+
+
+def measure(name: str, store: GridGraphs, seeds: list[int] | None,
+            args: argparse.Namespace) -> dict[str, Any]:
+    """One path's counts and bounds (a fresh compile)."""
+    batch_size = max(2, round(DATASETS[name][0] * args.batch_scale))
+    gen = np.random.default_rng(0)
+    with (InductorRecorder(cuda_fusion=not args.cpu_fusion) as recorder, cuda_autocast(),
+          cuda_attention()):
+        module, optimizer, schedule = build(name, seeds, args)
+        gather = batches(store, batch_size, len(seeds) if seeds else None, gen)
+        with cuda_gather():  # the step's gather; the model's construction gathers eagerly
+            counts = _counted(recorder, lambda: training_step(module, optimizer, schedule,
+                                                              gather))
+        stats_batch = batches(store, batch_size, None, gen)()
+        stats = _counted(recorder, lambda: _statistics_pass(module, stats_batch))
+        val = _counted(recorder, lambda: _validation_batch(module, stats_batch))
+    graphed = args.compile == "reduce-overhead"
+    launch = counts["graph_launches"] * H100["graphed_launch_s" if graphed else "launch_s"] + \
+        counts["eager_launches"] * H100["launch_s"]
+    bounds = {"launches": launch, "bytes": counts["bytes"] / H100["bytes_per_s"],
+              "flops": counts["flops"] / H100["flops_per_s"]}
+    binding = max(bounds, key=bounds.get)
+    replicas = len(seeds) if seeds else 1
+    rate = replicas / bounds[binding]
+    return {"dataset": name, "path": f"packed {replicas}" if seeds else "engine",
+            "replicas": replicas, "length": int(gather().node_mask.shape[-1]), **counts,
+            "launches": counts["graph_launches"] + counts["eager_launches"],
+            **{f"{k}_ms": v * 1e3 for k, v in bounds.items()}, "binding": binding,
+            "model_steps_per_s": rate, "table_min": TABLES[name] / rate / 60,
+            "stats": stats, "val": val}
+
+
+def _counted(recorder: InductorRecorder, work: Any) -> dict[str, int]:
+    """Runs ``work`` once to compile, then counts its second run."""
+    work()
+    before = {id(g): g.calls for g in recorder.graphs}
+    compiled = len(recorder.graphs)
+    eager = eager_costs(work)
+    ran = [(g, g.calls - before.get(id(g), 0)) for g in recorder.graphs]
+    return {"graph_launches": sum(c * (g.kernels + g.externs) for g, c in ran),
+            "eager_launches": eager.launches,
+            "bytes": sum(c * g.bytes for g, c in ran) + eager.bytes,
+            "flops": sum(c * g.flops for g, c in ran) + eager.flops,
+            "syncs": eager.syncs, "recompiles": len(recorder.graphs) - compiled}
+
+
+def _statistics_pass(module: Any, batch: Any) -> None:
+    """One batch of the graph-token statistics callback, as before a validation."""
+    trainer = SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="fit"),
+                              datamodule=SimpleNamespace(statistics_dataloader=lambda: [batch]))
+    ReestimateGraphTokenStatistics(max_graphs=batch.num_graphs).on_validation_start(
+        trainer, module)
+
+
+@torch.no_grad()
+def _validation_batch(module: Any, batch: Any) -> None:
+    """One validation step (eval mode, autocast), as Lightning's validation loop runs it."""
+    module.eval()
+    with torch.autocast("cpu", torch.bfloat16):
+        module.validation_step(batch, 0)
+    module.train()
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--datasets", nargs="+", default=list(TABLES), choices=list(TABLES))
+    parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8],
+                        help="packed replica counts (default 1 2 4 8)")
+    parser.add_argument("--no-engine", action="store_true",
+                        help="packed replicas only, without the single model's path")
+    parser.add_argument("--prepared", type=Path, help="prepared splits in DIR/<dataset>/")
+    parser.add_argument("--synthetic", type=int, default=4096,
+                        help="synthetic molecules per dataset without --prepared")
+    parser.add_argument("--layers", type=int, default=12, help="default 12 (Graphormer-slim)")
+    parser.add_argument("--batch-scale", type=float, default=1.0,
+                        help="scales the batch sizes (256, 128), for smoke runs")
+    parser.add_argument("--compile", default=preset_compile_mode(),
+                        help="torch.compile mode (default: the gpu_fast preset's)")
+    parser.add_argument("--cpu-fusion", action="store_true",
+                        help="fuse with inductor's CPU rules instead of its CUDA rules")
+    args = parser.parse_args(argv)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    rows = []
+    for name in args.datasets:
+        graphs = (load_graphs(args.prepared / name / "train.npz") if args.prepared
+                  else synthetic(name, args.synthetic))
+        store = GridGraphs(graphs, multi_hop_max_dist=HOPS[name])
+        paths = [] if args.no_engine else [None]
+        for seeds in [*paths, *[list(range(k)) for k in args.k]]:
+            rows.append(measure(name, store, seeds, args))
+            print_row(rows[-1])
+    summary(rows)
+    return rows
+
+
+def print_row(row: dict[str, Any]) -> None:
+    """One line per path."""
+    stats, val = row["stats"], row["val"]
+    print(f"{row['dataset']:12s} {row['path']:9s} L={row['length']:3d} launches "
+          f"{row['launches']:5d} (graphs {row['graph_launches']}, eager {row['eager_launches']})"
+          f" {row['bytes'] / 1e9:7.2f} GB {row['flops'] / 1e9:8.1f} GFLOP syncs {row['syncs']}"
+          f" | bounds ms: launches {row['launches_ms']:.3f} bytes {row['bytes_ms']:.3f} flops "
+          f"{row['flops_ms']:.3f} -> {row['model_steps_per_s']:,.0f} model-steps/s, table "
+          f"{row['table_min']:.1f} min | stats batch: {stats['graph_launches']}+"
+          f"{stats['eager_launches']} launches, {stats['syncs']} syncs | val batch: "
+          f"{val['graph_launches']}+{val['eager_launches']} launches, {val['syncs']} syncs"
+          + (f" | {row['recompiles']} recompiles" if row["recompiles"] else ""), flush=True)
+
+
+def summary(rows: list[dict[str, Any]]) -> None:
+    """The last line (see the module docstring)."""
+    def packed(name: str, k: int | None = None) -> dict[str, Any] | None:
+        mine = [r for r in rows if r["dataset"] == name and r["path"] != "engine"]
+        if k is not None:
+            mine = [r for r in mine if r["replicas"] == k]
+        return max(mine, key=lambda r: r["replicas"]) if mine else None
+
+    def launches(k: int) -> str:
+        row = packed("zinc_subset", k)
+        return str(row["launches"]) if row else "n/a"
+
+    def minutes(name: str) -> str:
+        row = packed(name)
+        return f"{row['table_min']:.1f}" if row else "n/a"
+
+    print(f"gpu_roofline launches_k2={launches(2)} launches_k8={launches(8)} "
+          f"table_min={minutes('zinc_subset')} molhiv_min={minutes('molhiv')}")
+
+
+if __name__ == "__main__":
+    main()

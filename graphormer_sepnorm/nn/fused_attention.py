@@ -1,0 +1,52 @@
+"""Attention through SDPA's fused CUDA kernel, on heads zero-padded to its alignment.
+
+Graphormer-slim's heads have 10 dimensions. SDPA's memory-efficient CUDA kernel, the fused one
+that takes an additive bias and returns its gradient, needs 16-byte aligned heads, so at head
+size 10 SDPA falls back to its unfused math: several kernels, and the ``[B, H, L, L]`` scores
+and probabilities written out, forward and backward. Zero-padded heads change no score and no
+output. The padding is written with the q/k/v projection's bias (one kernel that a compiled
+step has anyway: the efficient kernel reads a materialized input); padding the projection
+weights instead cost two more small kernels per layer, forward and backward.
+:class:`~graphormer_sepnorm.nn.attention.BiasedMultiheadAttention` takes this path wherever
+:func:`fused_head_dim` gives a size, under ``vmap`` too (SDPA's batching rule folds the
+replicas into its batch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
+
+
+def fused_head_dim(head_dim: int, device: torch.device) -> int | None:
+    """The head size SDPA's fused kernel gets: on CUDA the next multiple of 8, else ``None``."""
+    return -(-head_dim // 8) * 8 if device.type == "cuda" else None
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p: float,
+         scale: float) -> Tensor:
+    """``F.scaled_dot_product_attention`` with an additive bias (one place to swap it)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
+                                          scale=scale)
+
+
+def padded(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor, queries: int,
+           width: int, dropout_p: float) -> Tensor:
+    """``attention``'s output for ``x`` ``[B, L, D]`` through SDPA on heads padded to ``width``.
+
+    ``bias`` ``[B, H, L, L]`` (its first ``queries`` rows are read); returns
+    ``[B, queries, D]``.
+    """
+    b, length, dim = x.shape
+    heads, head_dim = attention.num_heads, dim // attention.num_heads
+    qkv = attention.qkv(x).view(b, length, 3, heads, head_dim)
+    q, k, v = F.pad(qkv, (0, width - head_dim)).permute(2, 0, 3, 1, 4)  # [B, H, L, width]
+    out = sdpa(q[:, :, :queries], k, v, bias[:, :, :queries].to(q.dtype), dropout_p,
+               head_dim**-0.5)
+    return attention.out(out[..., :head_dim].transpose(1, 2).reshape(b, queries, dim))

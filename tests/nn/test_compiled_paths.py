@@ -1,0 +1,89 @@
+"""What the reference model runs on a GPU, traced by torch.compile or under vmap, on the CPU.
+
+Traced (``backend="aot_eager"``: dynamo and autograd's tracing, no code generation), the atom
+and edge embeddings are gathered sums instead of ``embedding_bag`` and dropout draws its mask
+with ``rand_like``; on CUDA, attention runs SDPA on heads zero-padded to 16 (here SDPA's math
+on the CPU, the same padding). In float64 without dropout the outputs, every gradient and the
+BatchNorm statistics are those of the eager reference to 1e-12 (1e-10 with the padding).
+"""
+
+import copy
+
+import pytest
+import torch
+from data.test_grid import mixed_graphs
+from nn.test_backends import assert_same, model_pair, run
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.nn import fused_attention
+from graphormer_sepnorm.nn.dropout import dropout
+from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
+from graphormer_sepnorm.training.packed import PackedReplicas
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_gathered_feature_sums_equal_embedding_bag(mode) -> None:
+    embed = FeatureEmbedding([5, 3, 7], dim=4, mode=mode).double()
+    features = torch.tensor([[4, 0, 6], [1, 2, 0], [0, 0, 0]])
+    expected = embed(features)
+    (expected ** 2).sum().backward()
+    bag_grad = embed.weight.grad.clone()
+    embed.weight.grad = None
+    embed.gather_sums = True
+    got = embed(features)
+    (got ** 2).sum().backward()
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(embed.weight.grad, bag_grad, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(("train", "options"), [(True, dict()), (True, dict(sepnorm=False)),
+                                                (False, dict(edge_encoding="simple"))])
+def test_traced_model_computes_what_the_eager_one_does(train, options) -> None:
+    graphs = mixed_graphs()
+    eager, _ = model_pair(torch.float64, multi_hop_max_dist=5, **options)
+    traced = copy.deepcopy(eager)
+    traced.encode = torch.compile(traced.encode, backend="aot_eager", fullgraph=True)
+    batch = GridGraphs(graphs, multi_hop_max_dist=5).batch(torch.arange(len(graphs)), 32)
+    assert_same(run(eager, batch, train, False), run(traced, batch, train, False), 1e-12)
+
+
+def test_traced_dropout_keeps_one_minus_p_and_scales() -> None:
+    torch.manual_seed(0)
+    x = torch.ones(200_000, dtype=torch.float64)
+    out = torch.compile(dropout, backend="aot_eager", fullgraph=True)(x, 0.25, True)
+    assert set(out.unique().tolist()) == {0.0, 4 / 3}
+    assert abs(float((out > 0).double().mean()) - 0.75) < 0.005  # 5 standard deviations
+    assert torch.equal(dropout(x, 0.25, False), x)
+
+
+@pytest.mark.parametrize("graph_token_only", [False, True])
+def test_padded_heads_compute_what_the_reference_does(monkeypatch, graph_token_only) -> None:
+    graphs = mixed_graphs()
+    reference, _ = model_pair(torch.float64, multi_hop_max_dist=5)  # head size 4
+    padded = copy.deepcopy(reference)
+    batch = GridGraphs(graphs, multi_hop_max_dist=5).batch(torch.arange(len(graphs)), 32)
+    expected = run(reference, batch, True, graph_token_only)
+    monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 16)
+    assert_same(expected, run(padded, batch, True, graph_token_only), 1e-10)
+
+
+def test_packed_replicas_on_padded_heads(monkeypatch) -> None:
+    """Under vmap too: the padded path of each replica is its single model's function."""
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    first, _ = model_pair(torch.float64, multi_hop_max_dist=5)
+    second = copy.deepcopy(first)
+    with torch.no_grad():
+        for parameter in second.parameters():
+            parameter.mul_(1.5)
+    batch = store.batch(torch.arange(10).view(2, 5), 32)
+    explicit = PackedReplicas([first, second])
+    out = explicit.train()(batch)
+    out.pow(2).sum().backward()
+    monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 8)
+    padded = PackedReplicas([first, second])
+    with sdpa_kernel(SDPBackend.MATH):  # the CPU's flash kernel has no gradient for the bias
+        out_padded = padded.train()(batch)
+    out_padded.pow(2).sum().backward()
+    torch.testing.assert_close(out_padded, out, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(padded.flat.grad, explicit.flat.grad, rtol=1e-10, atol=1e-10)
