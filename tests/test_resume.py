@@ -182,3 +182,35 @@ def test_ckpt_path_last_without_any_run_starts_afresh_and_test_gets_the_file(tmp
     config.ckpt_path = "last"
     resolve_last(config, "fit")
     assert init.version == "version_3" and config.ckpt_path == "last"
+
+
+class SaveEveryStep(Callback):
+    """Saves ``s<global step>.ckpt`` into ``folder`` after every training step."""
+
+    folder = None  # set by the test
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        trainer.save_checkpoint(Path(SaveEveryStep.folder) / f"s{trainer.global_step}.ckpt")
+
+
+def test_packed_fit_resumed_mid_epoch_repeats_every_step(tmp_path):
+    # Lightning restores each registered module's mode after a validation by setting its flag;
+    # the packed replicas' skeleton is not registered, and stayed in eval mode: replicas
+    # trained without dropout until a resume (whose steps then differed). Dropout is on here.
+    packed = ["--model.seeds", "[0, 1]", "--data.init_args.engine", "device",
+              "--trainer.callbacks+", f"{__name__}.SaveEveryStep"]
+    SaveEveryStep.folder = tmp_path / "whole"
+    SaveEveryStep.folder.mkdir()
+    fit(tmp_path, "whole", *packed)
+    SaveEveryStep.folder = tmp_path / "resumed"
+    SaveEveryStep.folder.mkdir()
+    fit(tmp_path, "resumed", *packed, "--ckpt_path", str(tmp_path / "whole" / "s4.ckpt"))
+    for step in range(5, 10):  # after a mid-epoch resume, across a validation
+        a, b = (load(tmp_path / run / f"s{step}.ckpt") for run in ("whole", "resumed"))
+        assert a["loops"]["fit_loop"]["state_dict"]["combined_loader"] == \
+            b["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+        for key, value in a["state_dict"].items():
+            assert torch.equal(b["state_dict"][key], value), (step, key)
+        for pid, state in a["optimizer_states"][0]["state"].items():
+            for name, value in state.items():
+                assert torch.equal(b["optimizer_states"][0]["state"][pid][name], value), name

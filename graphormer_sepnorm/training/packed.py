@@ -102,6 +102,17 @@ class PackedReplicas(nn.Module):
         self._skeleton[0].train(mode)
         return self
 
+    def follow_mode(self) -> None:
+        """Puts the skeleton in this module's mode (train or eval) where it is not.
+
+        Lightning restores modes after a validation by setting each registered module's
+        ``training`` flag, not through :meth:`train`; the skeleton is not registered, so it
+        stayed in eval mode and packed replicas trained without dropout, their BatchNorms on
+        running statistics. The packed module calls this before each training step.
+        """
+        if self._skeleton[0].training != self.training:
+            self._skeleton[0].train(self.training)
+
     def stacked_buffer(self, name: str) -> Tensor:
         """The ``[R, ...]`` buffer a single model would call ``name``."""
         return self._buffers[_key(name)]

@@ -12,9 +12,11 @@ from torch import Tensor, nn
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
+from graphormer_sepnorm.training.flat_adamw import FlatAdamW
 from graphormer_sepnorm.training.init_from import init_model_from
 from graphormer_sepnorm.training.module import GraphormerModule
-from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
+from graphormer_sepnorm.training.optimization import adamw_with_schedule
+from graphormer_sepnorm.training.packed import PackedReplicas
 
 
 class PackedGraphormerModule(GraphormerModule):
@@ -46,6 +48,8 @@ class PackedGraphormerModule(GraphormerModule):
         self.val_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
         self.test_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
         self.best_val: list[float | None] = [None] * len(seeds)
+        self._train_losses: Any = None  # replica_losses, compiled with the model
+        self._single: list[GraphormerModule] = []  # replica_checkpoint's (not a submodule)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keeps each replica's best validation metric, so a resumed fit compares with it."""
@@ -76,33 +80,57 @@ class PackedGraphormerModule(GraphormerModule):
         if self.hparams["standardize_targets"] and self.task.scales_targets:
             self.task.set_scaler(*self.trainer.datamodule.target_statistics())
 
+    def configure_model(self) -> None:
+        """With ``compile``: the packed model, and the training forward with its losses."""
+        super().configure_model()
+        if self._compiled and self._train_losses is None:
+            self._train_losses = torch.compile(self.training_losses, mode=self.hparams["compile"])
+
+    def replica_losses(self, batch: GraphormerBatch) -> Tensor:
+        """Each replica's loss on its own batch (``[R, B, ...]`` fields), ``[R]``."""
+        return torch.vmap(self.task.loss)(self.model(batch).float(), batch.y)
+
+    def training_losses(self, batch: GraphormerBatch) -> tuple[Tensor, Tensor]:
+        """The replicas' summed loss (to differentiate) and their mean (to log), in one graph."""
+        losses = self.replica_losses(batch)
+        return losses.sum(), losses.detach().mean()
+
     def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """The sum of the replicas' losses: each replica's gradient is its own loss's."""
-        out = self.model(batch).float()
-        losses = torch.stack([self.task.loss(o, y) for o, y in zip(out, batch.y, strict=True)])
-        self.log("train/loss", losses.mean(), batch_size=out.shape[1], prog_bar=True)
-        return losses.sum()
+        self.model.follow_mode()  # Lightning's mode restore does not reach the skeleton
+        total, mean = (self._train_losses or self.training_losses)(batch)
+        self.log("train/loss", mean, batch_size=batch.y.shape[1], prog_bar=True)
+        return total
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """:class:`~.flat_adamw.FlatAdamW` on the replicas' flat parameters, the schedule."""
+        if self.hparams.get("head_lr") not in (None, self.hparams["lr"]):
+            raise ValueError("head_lr is for a single model, not packed replicas")
+        group = {"params": [self.model.flat], "decay_mask": self.model.trained}
+        optimizer = FlatAdamW([group], lr=self.hparams["lr"],
+                              weight_decay=self.hparams["weight_decay"],
+                              compile=self.hparams["compile"] if self._compiled else None)
+        return adamw_with_schedule(self, self.hparams, self.trainer, optimizer)
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Clips each replica's gradient by its own norm (by value: elementwise anyway)."""
-        if not gradient_clip_val:
-            return
-        if gradient_clip_algorithm == "value":
-            torch.nn.utils.clip_grad_value_(self.parameters(), gradient_clip_val)
-        else:
-            clip_grad_norm_per_replica(list(self.model.parameters()), gradient_clip_val)
+        """Clips each replica's gradient by its own norm (or by value), in the optimizer's step.
+
+        The clipping is done by :meth:`FlatAdamW.step <.flat_adamw.FlatAdamW.step>`, fused
+        with the update; here it only learns the setting.
+        """
+        getattr(optimizer, "optimizer", optimizer).clip(gradient_clip_val,
+                                                         gradient_clip_algorithm)
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Any, loss: Any) -> None:
-        out = self.model(batch).float()  # one batch for all replicas: [R, B, T]
+        out = self.evaluated(batch)  # one batch for all replicas: [R, B, T]
         metrics = self.val_metrics if stage == "val" else self.test_metrics
-        losses = []
+        losses = torch.vmap(self.task.loss, in_dims=(0, None))(out, batch.y)
         for index, replica_out in enumerate(out):
-            losses.append(self.task.loss(replica_out, batch.y))
             self.task.update_metric(metrics[index], self.task.metric_inputs(replica_out),
                                     batch.y)
-        loss.update(torch.stack(losses).mean(), weight=batch.num_graphs)
+        loss.update(losses.mean(), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
 
     def on_validation_epoch_end(self) -> None:
@@ -133,19 +161,30 @@ class PackedGraphormerModule(GraphormerModule):
         return values
 
     def replica_checkpoint(self, index: int) -> dict[str, Any]:
-        """Replica ``index`` as a single run's checkpoint (weights, hyperparameters, step)."""
+        """Replica ``index`` as a single run's checkpoint (weights, hyperparameters, step).
+
+        Beside them, under ``replica``: the seed, the validation metric it was saved for and
+        how often the fit validated (``val_check_interval``, ``check_val_every_n_epoch``).
+        """
         # keys with "_" (the CLI's _instantiator) are no arguments; they go back in as they were
         private = {k: v for k, v in self.hparams.items() if k.startswith("_")}
-        single = GraphormerModule(**{k: v for k, v in self.hparams.items()
-                                     if k != "seeds" and k not in private})
-        single.model.load_state_dict(self.model.replica(index).state_dict())
+        if not self._single:  # one single-run module for every save, on the CPU
+            self._single.append(GraphormerModule(**{k: v for k, v in self.hparams.items()
+                                                    if k != "seeds" and k not in private}))
+        single = self._single[0]
+        single.model.load_state_dict({k: v.cpu() for k, v in
+                                      self.model.replica_state_dict(index).items()})
         single.task.load_state_dict(self.task.state_dict())
+        trainer = self._trainer
         return {"state_dict": single.state_dict(),
                 "hyper_parameters": dict(single.hparams) | private,
                 "epoch": self.current_epoch, "global_step": self.global_step,
                 "pytorch-lightning_version": lightning.__version__,
                 "replica": {"seed": self.seeds[index], "val_" + self.task.metric_name:
-                            self.best_val[index]}}
+                            self.best_val[index],
+                            "val_check_interval": getattr(trainer, "val_check_interval", None),
+                            "check_val_every_n_epoch": getattr(trainer, "check_val_every_n_epoch",
+                                                               None)}}
 
     def _save_replica(self, index: int) -> None:
         folder = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "replicas"
