@@ -129,7 +129,8 @@ def git_commit() -> str:
         def git(*words: str) -> str:
             return subprocess.run(["git", *words], cwd=ROOT, capture_output=True, text=True,
                                   check=True).stdout.strip()
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                    ":(exclude)results")  # results being written are not the code run
         return git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return ""
