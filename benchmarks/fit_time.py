@@ -221,6 +221,22 @@ ORDER = ["imports", "CLI", "CSV read and split", "featurize: RDKit2D descriptors
          "checkpoint saves", "final test", "other"]
 
 
+GROUPS = {
+    "featurization (CSV, RDKit descriptors, Morgan, graphs, shortest paths)":
+        ["CSV read and split", "featurize: RDKit2D descriptors", "featurize: Morgan counts",
+         "featurize: parse, OGB graph, rest", "shortest paths"],
+    "training (steps, and the batches' collation between them)":
+        ["train: steps", "train: between steps"],
+    "statistics passes": ["statistics pass"],
+    "validation (loops, sanity check, diagnostics, checkpoint saves)":
+        ["validation", "sanity check", "diagnostics", "checkpoint saves"],
+    "GP (features gathered, fit)": ["GP: gather features", "GP: fit"],
+    "final test": ["final test"],
+    "startup and the rest (imports, CLI, pretrained start, Lightning)":
+        ["imports", "CLI", "pretrained start", "other"],
+}
+
+
 def markdown(entries: list[dict[str, Any]]) -> str:
     """One table per entry: each phase's CPU seconds, share, calls and CPU ms per call."""
     out = ["# Where a default small-data fit's time goes", "",
@@ -238,6 +254,11 @@ def markdown(entries: list[dict[str, Any]]) -> str:
                 f"CPU {total / 60:.2f} min in the phases ({e['process_cpu'] / 60:.2f} min for the "
                 f"whole process), wall {e['wall_total'] / 60:.2f} min after imports"
                 + (f"; {e['mismatches']} phase mismatches" if e["mismatches"] else "") + ".", "",
+                "| part | CPU s | share |", "| --- | --- | --- |",
+                *(f"| {group} | {sum(e['cpu'].get(n, 0.0) for n in names):.1f} | "
+                  f"{100 * sum(e['cpu'].get(n, 0.0) for n in names) / total:.1f}% |"
+                  for group, names in GROUPS.items()),
+                "",
                 "| phase | CPU s | share | wall s | calls | CPU ms/call |",
                 "| --- | --- | --- | --- | --- | --- |"]
         names = [n for n in ORDER if n in e["cpu"]] + sorted(set(e["cpu"]) - set(ORDER))
