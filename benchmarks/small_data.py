@@ -9,6 +9,10 @@ training run on one thread, then its test MAE and RMSE (in the target's units) a
   default: 50 epochs, the best validation epoch's model tested), from its own venv
   (``--chemprop``; ``python3 -m venv .venv-chemprop && .venv-chemprop/bin/pip install -c
   constraints.txt chemprop==2.3.1``). MAE and RMSE come from its ``test_predictions.csv``.
+- ``chemprop_rdkit2d``: the same with ``--molecule-featurizers rdkit_2d`` (chemprop's RDKit 2D
+  descriptors beside the learned representation, standardized on the training split);
+  ``chemprop_rdkit2d_norm`` with chemprop v1's CDF-normalized descriptors instead
+  (``benchmarks/_chemprop_side.py`` says exactly what each adds).
 - ``ours``: ``graphormer-sepnorm fit --config configs/smiles_csv.yaml --data.path X
   --data.target_columns '[y]' --data.split column --seed_everything S``, the command a user
   runs; test metrics of the best checkpoint from the run's ``metrics.csv``.
@@ -45,10 +49,15 @@ import numpy as np
 
 from graphormer_sepnorm.experiment import append_row, read_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _chemprop_side as chemprop_side  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-SETS = ["solubility", "freesolv", "ace_chembl1862_ki", "ace_chembl219_ki"]
+SETS = ["solubility", "freesolv", "ace_chembl1862_ki", "ace_chembl219_ki", "rdkit_chembl2321810"]
+FIXED = [*chemprop_side.METHODS, "gp"]  # the methods that are not variants of ours
 FIELDS = ["set", "method", "seed", "test_mae", "test_rmse", "val_mae", "minutes", "cpu_minutes",
-          "n_train", "n_val", "n_test", "command", "run_dir", "commit", "finished"]
+          "n_train", "n_val", "n_test", "command", "run_dir", "commit", "finished",
+          *(UNCERTAINTY := ["coverage90", "nll", "std_error_spearman"])]
 
 
 def upgrade_results(path: Path) -> None:
@@ -102,23 +111,6 @@ def run_logged(command: list[str], log: Path, cwd: Path = ROOT) -> tuple[float, 
     return seconds, cpu
 
 
-def run_chemprop(args: argparse.Namespace, data: Path, seed: int, run_dir: Path
-                 ) -> tuple[float, float, tuple[float, float], list[str]]:
-    """Test MAE, RMSE, (wall, CPU) seconds and the command of one chemprop run."""
-    command = [str(args.chemprop), "train", "--data-path", str(data), "--task-type", "regression",
-               "--smiles-columns", "smiles", "--target-columns", "y", "--splits-column", "split",
-               "--pytorch-seed", str(seed), "--num-workers", "0", "--output-dir", str(run_dir)]
-    times = run_logged(command, run_dir / "run.log")
-    smiles, y, split = read_set(data)
-    test = [(s, t) for s, t, k in zip(smiles, y, split, strict=True) if k == "test"]
-    with open(run_dir / "model_0" / "test_predictions.csv", newline="") as handle:
-        predictions = list(csv.DictReader(handle))
-    if [p["smiles"] for p in predictions] != [s for s, _ in test]:
-        raise RuntimeError(f"{run_dir}: test predictions are not the test rows in file order")
-    error = np.array([float(p["y"]) for p in predictions]) - np.array([t for _, t in test])
-    return float(np.abs(error).mean()), float(np.sqrt((error ** 2).mean())), times, command
-
-
 def run_gp(data: Path, run_dir: Path) -> tuple[float, float, tuple[float, float], list[str]]:
     """Test MAE, RMSE, (wall, CPU) seconds and the command of the GP alone."""
     command = [sys.executable, str(ROOT / "benchmarks" / "_gp_alone.py"), str(data)]
@@ -161,13 +153,26 @@ def run_ours(args: argparse.Namespace, data: Path, seed: int, run_dir: Path, ext
             times, command, min(logged(metrics, "val/mae")))
 
 
+def uncertainty(run_dir: Path) -> dict[str, str]:
+    """The blend's test coverage of its 90% intervals, Gaussian NLL and std-error Spearman.
+
+    Empty where the run logged none (no ``metrics.csv``, no GP blend, an older commit).
+    """
+    metrics = run_dir / "metrics.csv"
+    if not metrics.is_file():
+        return {}
+    return {name: f"{logged(metrics, f'test/{name}_blend')[-1]:.6g}" for name in UNCERTAINTY
+            if has_logged(metrics, f"test/{name}_blend")}
+
+
 def git_commit(folder: Path) -> str:
     """Short commit of ``folder``'s checkout, ``-dirty`` when it has uncommitted changes."""
     try:
         def git(*words: str) -> str:
             return subprocess.run(["git", *words], cwd=folder, capture_output=True, text=True,
                                   check=True).stdout.strip()
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                    ":(exclude)results")  # results being written are not the code run
         return git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return ""
@@ -180,15 +185,25 @@ def _mean_std(values: list[float]) -> str:
     return f"{np.mean(values):.3f} ± {std:.3f}"
 
 
+def _vs(mae: list[float], base: list[float]) -> str:
+    return f"{100 * (np.mean(mae) / np.mean(base) - 1):+.1f}%" if base else ""
+
+
 def summary(rows: list[dict[str, str]], sets: list[str], methods: list[str]) -> str:
-    """Markdown table: per set and method, seeds, mean ± std test MAE and RMSE, minutes a run."""
+    """Markdown table: per set and method, mean ± std test MAE and RMSE, minutes a run, commits.
+
+    The last two columns compare the mean test MAE with chemprop's defaults and with the better
+    (lower mean test MAE) of chemprop's two RDKit 2D variants on the same set.
+    """
     lines = ["| set | method | seeds | test MAE | test RMSE | best val MAE | min/run (CPU) "
-             "| vs chemprop |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| commit | vs chemprop | vs chemprop+RDKit2D |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     present_sets = [s for s in sets if any(r["set"] == s for r in rows)]
     present_sets += sorted({r["set"] for r in rows} - set(present_sets))
     for name in present_sets:
-        base = [float(r["test_mae"]) for r in rows
-                if r["set"] == name and r["method"] == "chemprop"]
+        def maes(method: str, name: str = name) -> list[float]:
+            return [float(r["test_mae"]) for r in rows
+                    if r["set"] == name and r["method"] == method]
         found = {r["method"] for r in rows if r["set"] == name}
         for method in [m for m in methods if m in found] + sorted(found - set(methods)):
             mine = [r for r in rows if r["set"] == name and r["method"] == method]
@@ -199,11 +214,14 @@ def summary(rows: list[dict[str, str]], sets: list[str], methods: list[str]) -> 
             cpu = [float(r["cpu_minutes"]) for r in mine if r.get("cpu_minutes")]
             cpu_text = f" ({np.mean(cpu):.1f})" if cpu else ""
             seeds = ",".join(sorted((r["seed"] for r in mine), key=int))
-            vs = (f"{100 * (np.mean(mae) / np.mean(base) - 1):+.1f}%"
-                  if base and method != "chemprop" else "")
+            commits = ",".join(sorted({r.get("commit", "") for r in mine}))
+            rdkit2d = min((maes(m) for m in ("chemprop_rdkit2d", "chemprop_rdkit2d_norm")
+                           if maes(m)), key=np.mean, default=[])
+            vs = [_vs(mae, maes("chemprop")) if method != "chemprop" else "",
+                  _vs(mae, rdkit2d) if not method.startswith("chemprop") else ""]
             lines.append(f"| {name} | {method} | {seeds} | {_mean_std(mae)} | "
                          f"{_mean_std(rmse)} | {_mean_std(val)} | {minutes:.1f}{cpu_text} | "
-                         f"{vs} |")
+                         f"{commits} | {vs[0]} | {vs[1]} |")
     return "\n".join(lines)
 
 
@@ -212,8 +230,8 @@ def parse_variants(items: list[str]) -> dict[str, str]:
     variants = {"ours": ""}
     for item in items:
         name, sep, extra = item.partition("=")
-        if not sep or not name or name in ("chemprop", "gp"):
-            raise SystemExit(f"--variant wants NAME='EXTRA ARGS' (not chemprop or gp), got "
+        if not sep or not name or name in FIXED:
+            raise SystemExit(f"--variant wants NAME='EXTRA ARGS' (not one of {FIXED}), got "
                              f"{item!r}")
         variants[name] = extra
     return variants
@@ -226,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sets", nargs="+", default=SETS, help=f"default: {' '.join(SETS)}")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=None,
-                        help="chemprop, gp, ours and --variant names (default: all of them)")
+                        help=f"{', '.join(FIXED)}, ours and --variant names (default: all)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                         help="a variant of ours: extra arguments for its fit command")
     parser.add_argument("--data-dir", type=Path, default=ROOT / "data" / "public")
@@ -246,8 +264,8 @@ def main(argv: list[str] | None = None) -> None:
 
     variants = parse_variants(args.variant)
     upgrade_results(args.results)
-    methods = args.methods or ["chemprop", "gp", *variants]
-    unknown = [m for m in methods if m not in ("chemprop", "gp") and m not in variants]
+    methods = args.methods or [*FIXED, *variants]
+    unknown = [m for m in methods if m not in FIXED and m not in variants]
     if unknown:
         raise SystemExit(f"unknown method(s) {unknown}: define them with --variant NAME=ARGS")
     args.data_dir, args.results, args.runs_dir, args.config = (
@@ -270,9 +288,11 @@ def main(argv: list[str] | None = None) -> None:
                         shutil.rmtree(run_dir)
                     print(f"{name} {method} seed {seed} ...", flush=True)
                     val = math.nan  # chemprop's validation error is not read
-                    if method == "chemprop":
-                        mae, rmse, (seconds, cpu), command = run_chemprop(args, data, seed,
-                                                                          run_dir)
+                    if method in chemprop_side.METHODS:
+                        test = [(s, t) for s, t, k in zip(*read_set(data), strict=True)
+                                if k == "test"]
+                        mae, rmse, (seconds, cpu), command = chemprop_side.run_chemprop(
+                            args.chemprop, method, data, seed, run_dir, run_logged, test)
                     elif method == "gp":
                         mae, rmse, (seconds, cpu), command = run_gp(data, run_dir)
                     else:
@@ -288,17 +308,19 @@ def main(argv: list[str] | None = None) -> None:
                         "cpu_minutes": f"{cpu / 60:.2f}", "n_train": counts["train"],
                         "n_val": counts["val"], "n_test": counts["test"],
                         "command": shlex.join(command), "run_dir": str(run_dir),
-                        "commit": ("chemprop" if method == "chemprop"
+                        "commit": ("chemprop" if method in chemprop_side.METHODS
                                    else git_commit(args.workdir)),
-                        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")},
-                        FIELDS)
+                        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        **uncertainty(run_dir)}, FIELDS)
     rows = [r for r in read_rows(args.results) if math.isfinite(float(r["test_mae"]))]
     table = summary(rows, args.sets, methods)
     print(table)
     md = args.results.with_suffix(".md")
     md.parent.mkdir(parents=True, exist_ok=True)
+    notes = args.results.with_name(args.results.stem + "_notes.md")
     md.write_text("# Small-data benchmark (test MAE and RMSE, mean ± std over seeds; one thread "
-                  "a run)\n\n" + table + "\n")
+                  "a run)\n\n" + table + "\n"
+                  + ("\n" + notes.read_text() if notes.is_file() else ""))
 
 
 if __name__ == "__main__":
