@@ -32,6 +32,20 @@ def test_transform_descriptors_by_hand():
         mf.transform_descriptors(raw[:, :1], [dict(spec[0], transform="cube")])
 
 
+def test_grouped_transform_equals_one_descriptor_at_a_time():
+    spec = mf.descriptor_spec()
+    raw = np.random.default_rng(0).normal(0, 50, size=(7, len(spec)))
+    raw[3, 5] = math.nan
+    expected = np.stack([(np.clip(mf.apply_transform(raw[:, k], item["transform"]), *item["clip"])
+                          - item["mean"]) / item["std"] for k, item in enumerate(spec)], -1)
+    transform = mf.DescriptorTransform(spec)
+    np.testing.assert_array_equal(transform(raw), expected)
+    np.testing.assert_array_equal(transform(raw[2]), expected[2])  # one molecule, [D]
+    assert math.isnan(transform(raw)[3, 5])
+    with pytest.raises(ValueError, match="3 descriptor columns"):
+        transform(raw[:, :3])
+
+
 def test_rdkit2d_applies_the_recorded_spec():
     spec = mf.descriptor_spec()
     assert len(spec) == 174 and spec[0]["name"] == "MaxAbsEStateIndex"

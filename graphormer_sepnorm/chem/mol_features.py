@@ -29,8 +29,9 @@ from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
 from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
 
-__all__ = ["MOL_FEATURES", "SPEC_PATH", "MolFeatures", "MorganCounts", "RDKit2D",
-           "apply_transform", "build_mol_features", "descriptor_spec", "transform_descriptors"]
+__all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
+           "RDKit2D", "apply_transform", "build_mol_features", "descriptor_spec",
+           "transform_descriptors"]
 
 
 def apply_transform(x: np.ndarray, kind: str) -> np.ndarray:
@@ -48,15 +49,40 @@ def transform_descriptors(raw: np.ndarray, spec: Sequence[dict[str, Any]]) -> np
     """Raw descriptor values ``[..., len(spec)]`` to standardized ones (NaN stays NaN).
 
     Per descriptor: its :func:`apply_transform`, then clipped to ``clip``, then
-    ``(x - mean) / std``.
+    ``(x - mean) / std`` (see :class:`DescriptorTransform`).
     """
-    raw = np.asarray(raw, dtype=np.float64)
-    out = np.empty(raw.shape, dtype=np.float64)
-    for k, item in enumerate(spec):
-        lo, hi = item["clip"]
-        x = apply_transform(raw[..., k], item["transform"])
-        out[..., k] = (np.clip(x, lo, hi) - item["mean"]) / item["std"]
-    return out
+    return DescriptorTransform(spec)(raw)
+
+
+class DescriptorTransform:
+    """:func:`transform_descriptors` for one spec, its columns grouped by transform.
+
+    A few array operations per call instead of a few per descriptor: 0.47 ms a molecule on
+    its own, a twentieth of the descriptors' cost, when done one descriptor at a time.
+
+    Args:
+        spec: per descriptor, its ``transform``, ``clip`` ``[lo, hi]``, ``mean`` and ``std``.
+    """
+
+    def __init__(self, spec: Sequence[dict[str, Any]]) -> None:
+        kinds = [item["transform"] for item in spec]
+        for kind in set(kinds):
+            apply_transform(np.zeros(1), kind)  # an unknown transform raises here
+        self.groups = {kind: np.array([k for k, other in enumerate(kinds) if other == kind])
+                       for kind in dict.fromkeys(kinds)}
+        self.lo, self.hi = (np.array([item["clip"][i] for item in spec], dtype=np.float64)
+                            for i in (0, 1))
+        self.mean = np.array([item["mean"] for item in spec], dtype=np.float64)
+        self.std = np.array([item["std"] for item in spec], dtype=np.float64)
+
+    def __call__(self, raw: np.ndarray) -> np.ndarray:
+        """``[..., D]`` raw values to standardized ones, float64 (NaN stays NaN)."""
+        x = np.array(raw, dtype=np.float64)
+        if x.shape[-1] != len(self.mean):
+            raise ValueError(f"{x.shape[-1]} descriptor columns for a spec of {len(self.mean)}")
+        for kind, columns in self.groups.items():
+            x[..., columns] = apply_transform(x[..., columns], kind)
+        return (np.clip(x, self.lo, self.hi) - self.mean) / self.std
 
 
 class MolFeatures(ABC):
@@ -90,12 +116,13 @@ class RDKit2D(MolFeatures):
         self.spec = descriptor_spec()
         functions = dict(Descriptors.descList)
         self.functions = [functions[item["name"]] for item in self.spec]
+        self.transform = DescriptorTransform(self.spec)
         self.dim = len(self.spec)
 
     def __call__(self, mol: Chem.Mol) -> np.ndarray:
         """``[174]`` float32 standardized descriptors."""
         raw = np.array([_safe(function, mol) for function in self.functions])
-        return np.nan_to_num(transform_descriptors(raw, self.spec), nan=0.0).astype(np.float32)
+        return np.nan_to_num(self.transform(raw), nan=0.0).astype(np.float32)
 
 
 def _safe(function: Any, mol: Chem.Mol) -> float:
