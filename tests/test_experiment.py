@@ -97,6 +97,7 @@ def test_two_run_grid_on_tiny_data(tmp_path, monkeypatch):
 def test_packed_grid_trains_the_seeds_together_and_tests_each(tmp_path, monkeypatch):
     argv = tiny_grid(tmp_path, monkeypatch, "packed", "--seeds", "1", "2", "--norms", "sepnorm",
                      "--packed", "--preset", str(CONFIGS / "presets" / "gpu_fast.yaml"))
+    argv += ["--trainer.val_check_interval", "3"]  # the preset validates every 500 steps
     assert main(argv) == 0
     rows = experiment.read_rows(tmp_path / "results" / "packed.csv")
     assert [(r["dataset"], r["norm"], r["seed"]) for r in rows] == [
