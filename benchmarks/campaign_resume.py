@@ -61,11 +61,11 @@ def campaign(plan: Path, state: Path, prepared: Path, *extra: str) -> tuple[int,
 
 def slim_resume_point_mib(replicas: int = 4) -> tuple[float, float]:
     """MiB of a packed Graphormer-slim resume point: one replica's file, and all files."""
-    from graphormer_sepnorm.training.module import GraphormerModule
+    from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
     info = {"task": "binary", "target_names": ["y"], "atom_feature_dims": [119, 5, 12, 12, 10,
             6, 6, 2, 2], "edge_feature_dims": [5, 6, 2]}
-    module = GraphormerModule(dataset_info=info, seeds=list(range(replicas)))
+    module = PackedGraphormerModule(dataset_info=info, seeds=list(range(replicas)))
     params = dict(module.named_parameters())
     state = {i: {"step": torch.tensor(1.0), "exp_avg": torch.zeros_like(p),
                  "exp_avg_sq": torch.zeros_like(p)} for i, p in enumerate(params.values())}

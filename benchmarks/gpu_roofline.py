@@ -54,7 +54,7 @@ from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
 from graphormer_sepnorm.training.batch_statistics import (  # noqa: E402
     ReestimateGraphTokenStatistics,
 )
-from graphormer_sepnorm.training.module import GraphormerModule  # noqa: E402
+from graphormer_sepnorm.training.factory import graphormer_module  # noqa: E402
 
 #: model-steps of each table: 8 runs (4 seeds x 2 norms) of the recipe's steps.
 TABLES = {"zinc_subset": 8 * 400_000, "molhiv": 8 * 20 * 257}
@@ -67,7 +67,7 @@ def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple
     info = {"name": name, "task": task, "target_names": ["y"],
             "atom_feature_dims": list(atom_dims), "edge_feature_dims": list(edge_dims)}
     config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=HOPS[name])
-    module = GraphormerModule(dataset_info=info, config=config, seeds=seeds, backend="reference",
+    module = graphormer_module(dataset_info=info, config=config, seeds=seeds, backend="reference",
                               compile=args.compile, warmup_steps=10, total_steps=1000)
     module.trainer = Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", logger=False,
                              enable_checkpointing=False, enable_progress_bar=False,

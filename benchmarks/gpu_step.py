@@ -52,7 +52,7 @@ from _flops import model_flops  # noqa: E402
 from graphormer_sepnorm.datasets.base import GraphDataModule  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
 from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
-from graphormer_sepnorm.training.module import GraphormerModule  # noqa: E402
+from graphormer_sepnorm.training.factory import graphormer_module  # noqa: E402
 
 # name: (batch size, atom feature dims, edge feature dims, task, synthetic sizes)
 DATASETS = {
@@ -138,7 +138,7 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
     data = ListDataModule(name, graphs, batch_size=batch_size,
                           engine="device" if engine else "loader", replica_seeds=seeds)
     config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=args.hops)
-    model = GraphormerModule(dataset_info=data.dataset_info, config=config, seeds=seeds,
+    model = graphormer_module(dataset_info=data.dataset_info, config=config, seeds=seeds,
                              warmup_steps=1, total_steps=args.warmup + args.steps,
                              compile=args.compile if engine else None)
     timer = StepTimer(args.warmup)

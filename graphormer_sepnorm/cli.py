@@ -17,8 +17,8 @@ from lightning.pytorch.trainer.states import TrainerStatus
 from graphormer_sepnorm.datasets.base import GraphDataModule
 from graphormer_sepnorm.ensemble.callback import FingerprintGPBlend
 from graphormer_sepnorm.training.checkpoint_format import upgrade_hparams
+from graphormer_sepnorm.training.factory import graphormer_module
 from graphormer_sepnorm.training.from_checkpoint import missing_data_file, with_checkpoint_data
-from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.report import (
     FitLog,
     fit_summary,
@@ -148,7 +148,7 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
 def _cli(args: list[str], run: bool = True,
          callbacks: list[Callback] | None = None) -> GraphormerCLI:
     return GraphormerCLI(
-        GraphormerModule,
+        graphormer_module,
         GraphDataModule,
         subclass_mode_data=True,
         args=args,

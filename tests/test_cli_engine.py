@@ -10,6 +10,7 @@ from graphormer_sepnorm.cli import main
 from graphormer_sepnorm.data.device_batches import DeviceBatches
 from graphormer_sepnorm.data.resumable import ResumableLoader
 from graphormer_sepnorm.prediction import CheckpointError, load_checkpoint
+from graphormer_sepnorm.training.factory import load_module
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
@@ -74,8 +75,10 @@ def test_packed_replicas_fit_and_each_replica_checkpoint_works_alone(tmp_path):
         assert torch.isfinite(test.trainer.callback_metrics["test/mae"])
     # the packed fit's own checkpoints load back as packed modules
     last = Path(cli.trainer.checkpoint_callback.dirpath) / "last.ckpt"
-    packed = GraphormerModule.load_from_checkpoint(last, weights_only=True)
+    packed = load_module(last, weights_only=True)
     assert isinstance(packed, PackedGraphormerModule) and packed.seeds == [3, 5]
+    with pytest.raises(ValueError, match="PackedGraphormerModule"):  # not a single run's
+        GraphormerModule.load_from_checkpoint(last, weights_only=True)
     # with each replica's best so far: a resumed fit compares with it, not with nothing
     assert None not in module.best_val and packed.best_val == module.best_val
     # prediction takes a replica's checkpoint, and says so when given the packed one

@@ -52,22 +52,7 @@ def model_config(config: GraphormerConfig | Mapping[str, Any] | None,
                           mol_feature_dim=int(info.get("mol_feature_dim", 0)))
 
 
-class _PackedWhenSeeded(LightningModule):
-    """``GraphormerModule(..., seeds=[...])`` makes a :class:`PackedGraphormerModule`.
-
-    So the CLI, configs and ``load_from_checkpoint`` reach it through one class. ``__new__``
-    sits on this base so that jsonargparse still reads ``GraphormerModule.__init__``.
-    """
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> _PackedWhenSeeded:
-        if cls is GraphormerModule and kwargs.get("seeds"):
-            from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
-
-            return super().__new__(PackedGraphormerModule)
-        return super().__new__(cls)
-
-
-class GraphormerModule(_PackedWhenSeeded):
+class GraphormerModule(LightningModule):
     """Trains a :class:`~graphormer_sepnorm.nn.model.Graphormer` for regression or classification.
 
     The task (:mod:`~graphormer_sepnorm.training.tasks`, from ``dataset_info['task']``) gives
@@ -114,9 +99,10 @@ class GraphormerModule(_PackedWhenSeeded):
         power: exponent of the decay. Default: 1 (linear).
         standardize_targets: regression only: train on targets standardized with the training
             set's mean and std (set at fit start, stored in the checkpoint). Default: false.
-        seeds: packed replicas: one model per seed, trained together in this fit; the module is
-            then a :class:`~graphormer_sepnorm.training.packed_module.PackedGraphormerModule`.
-            ``None``: one model (default).
+        seeds: packed replicas: one model per seed, trained together in this fit, by a
+            :class:`~graphormer_sepnorm.training.packed_module.PackedGraphormerModule` (the
+            CLI's :func:`~graphormer_sepnorm.training.factory.graphormer_module` makes one
+            when seeds are given). ``None``: one model (default).
         compile: ``torch.compile`` mode for the model (``'default'``, ``'reduce-overhead'``:
             CUDA graphs as well, ``'max-autotune'``), applied when the run starts; ``None``:
             eager (default). On the CPU only with ``backend='reference'``: the CPU backend's C
@@ -142,6 +128,10 @@ class GraphormerModule(_PackedWhenSeeded):
         compile: str | None = None,
     ) -> None:
         super().__init__()
+        if seeds and type(self) is GraphormerModule:
+            raise ValueError("seeds: packed replicas are a PackedGraphormerModule; "
+                             "training.factory.graphormer_module(...) picks the class, "
+                             "load_module(path) reads either checkpoint")
         info = _check_dataset_info(dataset_info)
         config = model_config(config, info)
         self.save_hyperparameters(ignore=["config"])

@@ -85,13 +85,13 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from gpu_step import ListDataModule, synthetic
 
-    from graphormer_sepnorm.training.module import GraphormerModule
+    from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
     data = ListDataModule("zinc_subset", synthetic("zinc_subset", 64), batch_size=16,
                           engine="device", replica_seeds=[0, 1])
     config = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
                               multi_hop_max_dist=5)
-    module = GraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],
+    module = PackedGraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],
                               warmup_steps=1, total_steps=6, compile="default")
     trainer = Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=6,
                       default_root_dir=tmp_path,

@@ -1,0 +1,47 @@
+"""The training module a configuration asks for: one model, or packed replicas.
+
+``graphormer_module(**arguments)`` is what the CLI builds its ``model`` from (LightningCLI takes
+a function that returns a module; jsonargparse reads :class:`GraphormerModule`'s arguments
+through it, so ``--help`` and ``--print_config`` show them), and ``load_module(path)`` reads a
+checkpoint of either kind. The packed module is the same arguments with ``seeds`` given.
+"""
+
+# No ``from __future__ import annotations``: Lightning reads the factory's return annotation
+# as a class to find its module type.
+from pathlib import Path
+from typing import Any
+
+from graphormer_sepnorm.training.module import GraphormerModule
+from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
+
+__all__ = ["graphormer_module", "load_module", "module_class"]
+
+
+def module_class(seeds: Any) -> type[GraphormerModule]:
+    """:class:`PackedGraphormerModule` when ``seeds`` lists any, else :class:`GraphormerModule`."""
+    return PackedGraphormerModule if seeds else GraphormerModule
+
+
+def graphormer_module(**kwargs: Any) -> GraphormerModule:
+    """A :class:`GraphormerModule`, or a :class:`PackedGraphormerModule` when ``seeds`` are given.
+
+    Args:
+        **kwargs: :class:`GraphormerModule`'s arguments.
+
+    Examples:
+        >>> info = {"task": "regression", "target_names": ["y"], "atom_feature_dims": [4],
+        ...         "edge_feature_dims": [2]}
+        >>> type(graphormer_module(dataset_info=info, seeds=[0, 1])).__name__
+        'PackedGraphormerModule'
+    """
+    if kwargs.get("seeds"):
+        return PackedGraphormerModule(**kwargs)
+    return GraphormerModule(**kwargs)
+
+
+def load_module(path: str | Path, **kwargs: Any) -> GraphormerModule:
+    """A checkpoint's module, packed or not (``load_from_checkpoint``'s ``kwargs``)."""
+    import torch
+
+    hparams = torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
+    return module_class(hparams.get("seeds")).load_from_checkpoint(path, **kwargs)
