@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from typing import Literal
 
 import numpy as np
 import torch
@@ -19,6 +20,10 @@ from torch_geometric.data import Data
 from graphormer_sepnorm.data.transform import AddShortestPaths
 
 _add_spd = AddShortestPaths()
+
+
+#: How a batch's fields are laid out (:attr:`GraphormerBatch.layout`).
+Layout = Literal["collated", "grid", "replica_grid"]
 
 
 @dataclass
@@ -46,6 +51,10 @@ class GraphormerBatch:
             those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.
             ``None`` when the lists are in any other order. Plain ints: reading it never
             synchronizes with a device.
+        layout: ``'collated'`` (the collator's, above), ``'grid'`` (below) or
+            ``'replica_grid'``: grid batches of packed replicas, every field with a leading
+            ``[R]`` (one batch per replica; :class:`~graphormer_sepnorm.data.grid.GridGraphs`).
+            Set by whatever builds the batch; the model reads it, never the tensors' ranks.
 
     The **grid layout** (:attr:`is_grid`, built by :class:`~graphormer_sepnorm.data.grid.GridGraphs`
     for devices that want static shapes) holds every position of the padded grid instead of the
@@ -71,11 +80,12 @@ class GraphormerBatch:
     y: Tensor | None = None
     mol_x: Tensor | None = None
     hop_counts: tuple[int, ...] | None = None
+    layout: Layout = "collated"
 
     @property
     def is_grid(self) -> bool:
         """Whether the batch is in the grid layout (static shapes; see the class docstring)."""
-        return self.hop_edge.dim() == 2
+        return self.layout != "collated"
 
     @property
     def num_graphs(self) -> int:

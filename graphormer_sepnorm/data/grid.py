@@ -127,6 +127,7 @@ class GridGraphs:
             hop_edge=hop_edge.flatten(-4, -2),
             y=y,
             mol_x=mol_x,
+            layout="replica_grid" if lead else "grid",
         )
 
     def _arange(self, size: int, device: torch.device) -> Tensor:

@@ -71,7 +71,7 @@ class EdgePathEncoder(nn.Module):
     Shapes:
         ``edge_attr`` ``[E, F_edge]``; the hop lists ``hop_edge``, ``hop_index``, ``hop_pair``
         ``[M]`` (see :class:`~graphormer_sepnorm.data.collate.GraphormerBatch`); ``spd`` ``[P]``
-        -> ``[P, H]``.
+        -> ``[P, H]``; ``per_pair`` (grid batches): ``hop_edge``, ``hop_index`` ``[P, S]``.
     """
 
     def __init__(self, edge_feature_dims: Sequence[int], num_heads: int,
@@ -99,7 +99,7 @@ class EdgePathEncoder(nn.Module):
         return torch.einsum("eh,khg->keg", edges, self.hop_weight).reshape(-1, edges.shape[1])
 
     def forward(self, edge_attr: Tensor, hop_edge: Tensor, hop_index: Tensor, hop_pair: Tensor,
-                spd: Tensor) -> Tensor:
+                spd: Tensor, per_pair: bool = False) -> Tensor:
         """Edge bias of every pair; see the class docstring for shapes.
 
         Examples:
@@ -111,7 +111,7 @@ class EdgePathEncoder(nn.Module):
             >>> out.shape
             torch.Size([1, 2])
         """
-        if hop_edge.dim() == 2:
+        if per_pair:
             return self._per_pair(edge_attr, hop_edge, hop_index, spd)
         k, num_edges = self.multi_hop_max_dist, len(edge_attr)
         if self.encoding == "simple":
@@ -210,8 +210,8 @@ class AttentionBias(nn.Module):
 
     def pair_bias(self, batch: GraphormerBatch) -> Tensor:
         """Spatial plus edge bias of the real atom pairs, ``[P, H]`` (``batch.pair_slot``)."""
-        return self.spatial(batch.pair_spd) + self.edge(
-            batch.edge_attr, batch.hop_edge, batch.hop_index, batch.hop_pair, batch.pair_spd)
+        hops = (batch.edge_attr, batch.hop_edge, batch.hop_index, batch.hop_pair)
+        return self.spatial(batch.pair_spd) + self.edge(*hops, batch.pair_spd, batch.is_grid)
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Bias for ``batch``, ``[B, H, 1 + N, 1 + N]``."""

@@ -132,7 +132,8 @@ def pack_batch(batch: GraphormerBatch) -> PackedBatch:
     per hop, and ``hop_index`` is the block number: the first block and the block sizes say
     the same in about a sixth of the bytes (ZINC).
     """
-    arrays = {f.name: getattr(batch, f.name) for f in fields(batch) if f.name != "hop_counts"}
+    arrays = {f.name: getattr(batch, f.name) for f in fields(batch)
+              if f.name not in ("hop_counts", "layout")}  # always collated
     blocks = batch.hop_counts
     if blocks:
         arrays["hop_pair"] = batch.hop_pair[: blocks[0]]

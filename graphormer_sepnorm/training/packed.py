@@ -125,11 +125,13 @@ class PackedReplicas(nn.Module):
         skeleton = self._skeleton[0]
         tensors = {f.name: getattr(batch, f.name) for f in fields(batch)
                    if isinstance(getattr(batch, f.name), Tensor)}
-        shared = batch.node_mask.dim() == 2
+        shared = batch.layout != "replica_grid"  # else each replica's batch: [R, ...] fields
+        layout = "grid" if batch.layout == "replica_grid" else batch.layout
 
         def one(params: dict[str, Tensor], buffers: dict[str, Tensor],
                 fields_: dict[str, Tensor]) -> Tensor:
-            return functional_call(skeleton, (params, buffers), (GraphormerBatch(**fields_),))
+            one_batch = GraphormerBatch(**fields_, hop_counts=batch.hop_counts, layout=layout)
+            return functional_call(skeleton, (params, buffers), (one_batch,))
 
         return vmap(one, in_dims=(0, 0, None if shared else 0), randomness="different")(
             self._forward_parameters(), self._buffers_of(self.buffer_names), tensors)

@@ -86,6 +86,11 @@ def test_grid_batch_with_leading_replica_dimension() -> None:
         for name, value in vars(single).items():
             if isinstance(value, torch.Tensor):
                 torch.testing.assert_close(getattr(packed, name)[replica], value, msg=name)
+    # the layout is a field each builder sets, never read from the tensors' ranks
+    collated = GraphormerCollator(multi_hop_max_dist=5)(graphs[:3])
+    assert (collated.layout, single.layout, packed.layout) == ("collated", "grid", "replica_grid")
+    assert (collated.is_grid, single.is_grid, packed.is_grid) == (False, True, True)
+    assert packed.to("cpu").layout == "replica_grid"
 
 
 def test_grid_length_rounds_up() -> None:
