@@ -36,7 +36,7 @@ import argparse  # noqa: E402
 import csv  # noqa: E402
 import itertools  # noqa: E402
 import platform  # noqa: E402
-import subprocess  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
@@ -54,6 +54,9 @@ from graphormer_sepnorm.chem.mol_features import (  # noqa: E402
     transform_descriptors,
 )
 from graphormer_sepnorm.chem.smiles import parse_smiles  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from small_data import git_commit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ZINC = ROOT.parent / "shared" / "data" / "ZINC" / "smiles" / "subset_test.csv"
@@ -123,19 +126,6 @@ def descriptor_times(mols: Sequence[Chem.Mol], functions: Sequence[Callable], re
     return seq, alone
 
 
-def git_commit() -> str:
-    """Short commit of this checkout (``-dirty`` with uncommitted changes), or empty."""
-    try:
-        def git(*words: str) -> str:
-            return subprocess.run(["git", *words], cwd=ROOT, capture_output=True, text=True,
-                                  check=True).stdout.strip()
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                    ":(exclude)results")  # results being written are not the code run
-        return git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
 FAMILIES = ("fr_", "BCUT2D_", "Chi", "Kappa", "EState_VSA", "VSA_EState", "SMR_VSA", "SlogP_VSA",
             "PEOE_VSA", "FpDensityMorgan", "Num")
 
@@ -165,7 +155,7 @@ def report(args: argparse.Namespace, n: int, spec: Sequence[dict], seq: np.ndarr
         "# Cost of the `rdkit2d` descriptors, per molecule, one thread",
         "",
         f"{n} molecules of `{args.smiles}` (column `{args.column}`); CPU time of the thread, "
-        f"least of {args.repeats} repeats; commit {git_commit()}, RDKit {rdkit.__version__}, "
+        f"least of {args.repeats} repeats; commit {git_commit(ROOT)}, RDKit {rdkit.__version__}, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
         f"{load[0]:.1f} at the start and {load[1]:.1f} at the end (other processes running); "
         f"{datetime.now(timezone.utc).isoformat(timespec='minutes')}. Made by "
