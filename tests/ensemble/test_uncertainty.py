@@ -124,3 +124,27 @@ def test_an_uncalibrated_or_old_gp_gives_no_deviations():
     assert BlendedModel.from_checkpoint(entry).calibrated
     assert not BlendedModel.from_checkpoint(entry, weight=1.0).calibrated  # another blend
     assert Z90 == pytest.approx(1.6448536)
+
+
+def test_the_members_spread_adds_to_the_gps_variance_and_old_calibrations_keep_the_gps():
+    gp, x, _ = fitted()
+    gp_mean, gp_sigma = gp.predict(x[:4])
+    preds = gp_mean + torch.tensor([[0.0], [1.0], [-2.0], [4.0]])  # the network disagrees
+    blend = BlendedModel(gp, 0.25)
+    mean, sigma = blend.predict(preds, x[:4], raw=True)
+    torch.testing.assert_close(mean, 0.75 * preds + 0.25 * gp_mean)
+    # the mixture's variance about its mean: w (1 - w) d^2 beside the GP's own
+    d = preds - gp_mean
+    torch.testing.assert_close(sigma, (gp_sigma.square() + 0.25 * 0.75 * d.square()).sqrt())
+    assert torch.equal(sigma[0], gp_sigma[0]) and bool((sigma[1:] > gp_sigma[1:]).all())
+    # the network alone or the GP alone: no second member, no spread
+    for weight in (0.0, 1.0):
+        torch.testing.assert_close(BlendedModel(gp, weight).predict(preds, x[:4], raw=True)[1],
+                                   gp_sigma)
+    entry = BlendedModel(gp, 0.25, q90=[2.0]).to_checkpoint()
+    assert BlendedModel.from_checkpoint(entry).deviation == "gp+members"
+    old = {k: v for k, v in entry.items() if k != "deviation"}  # calibrated on the GP's alone
+    torch.testing.assert_close(BlendedModel.from_checkpoint(old).predict(preds, x[:4])[1],
+                               gp_sigma * 2.0 / Z90)
+    with pytest.raises(ValueError, match="deviation must be one of"):
+        BlendedModel(gp, 0.5, deviation="mc_dropout")
