@@ -87,7 +87,7 @@ def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
 
     test = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path", str(best)])
     metrics = test.trainer.callback_metrics
-    assert set(metrics) >= {"test/roc_auc", "test/pr_auc", "test/loss"}
+    assert set(metrics) >= {"test/roc_auc", "test/pr_auc", "test/ece", "test/loss"}
     assert 0.0 <= float(metrics["test/roc_auc"]) <= 1.0
     # the test run scored the checkpoint's weights, not the fresh ones
     weights = ckpt["state_dict"]["model.head.weight"]

@@ -3,7 +3,8 @@
 Regression: ``rmse`` and ``r2`` (means over targets of the per-target values), and with several
 targets ``mae_<name>``, ``rmse_<name>`` and ``r2_<name>`` per target; all in the targets' units
 (the module passes de-standardized predictions). Binary: ``pr_auc`` (average precision, mean over
-targets), and with several targets ``roc_auc_<name>`` and ``pr_auc_<name>``. All are torchmetrics
+targets), with one target ``ece`` (expected calibration error of the probabilities, 15
+bins), and with several targets ``roc_auc_<name>`` and ``pr_auc_<name>``. All are torchmetrics
 objects, synchronized across DDP processes when computed.
 """
 
@@ -16,6 +17,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.classification import (
     BinaryAveragePrecision,
+    BinaryCalibrationError,
     MultilabelAUROC,
     MultilabelAveragePrecision,
 )
@@ -47,7 +49,8 @@ class ExtraMetrics(nn.Module):
             if t > 1:
                 metrics["mae"] = MeanAbsoluteError(num_outputs=t)
         elif t == 1:
-            metrics = {"pr_auc": BinaryAveragePrecision()}
+            # expected calibration error of the probabilities: 15 equal-width bins
+            metrics = {"pr_auc": BinaryAveragePrecision(), "ece": BinaryCalibrationError()}
         else:
             metrics = {"pr_auc": MultilabelAveragePrecision(t, average="none"),
                        "roc_auc": MultilabelAUROC(t, average="none")}
@@ -61,8 +64,9 @@ class ExtraMetrics(nn.Module):
                 preds, target = preds[:, 0], target[:, 0]
         elif preds.shape[1] == 1:
             preds, target = preds[:, 0], target[:, 0]  # R2Score and MSE take [B] for one output
-        for metric in self.metrics.values():
-            metric.update(preds, target)
+        for key, metric in self.metrics.items():
+            # the calibration error reads probabilities (given logits, it would guess from range)
+            metric.update(preds.sigmoid() if key == "ece" else preds, target)
 
     def compute(self) -> dict[str, Tensor]:
         """Named scalars (``rmse``, ``r2``, ``rmse_<target>``, ...); then resets the metrics.
@@ -77,7 +81,7 @@ class ExtraMetrics(nn.Module):
         if "mse" in values:
             values["rmse"] = values.pop("mse").sqrt()
         out: dict[str, Tensor] = {}
-        for key in ("rmse", "r2", "pr_auc"):
+        for key in ("rmse", "r2", "pr_auc", "ece"):
             if key in values:
                 out[key] = values[key].nanmean()
         if len(self.names) > 1:

@@ -62,9 +62,10 @@ class GraphormerModule(LightningModule):
     as ``val/mae``, ``test/mae``, ``val/roc_auc``, ``test/roc_auc``, with the losses as
     ``train/loss``, ``val/loss``, ``test/loss``. Beside them (see
     :mod:`~graphormer_sepnorm.training.metrics`): ``rmse`` and ``r2`` for regression,
-    ``pr_auc`` for binary tasks, and per-target values (``test/rmse_<target>``) when there are
-    several targets; regression metrics are in the targets' units. The optimizer is AdamW (its
-    fused kernel on CPU and CUDA) with Graphormer's schedule (linear warmup, polynomial decay).
+    ``pr_auc`` and ``ece`` for binary tasks, and per-target values (``test/rmse_<target>``)
+    when there are several targets; regression metrics are in the targets' units. The
+    optimizer is AdamW (its fused kernel on CPU and CUDA) with Graphormer's schedule (linear
+    warmup, polynomial decay).
 
     Every hyperparameter is stored as a plain value (the config as ``hparams['config']``, a
     dict), so checkpoints load with ``weights_only=True`` and carry what prediction needs

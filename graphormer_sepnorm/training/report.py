@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import EarlyStopping
 
-ORDER = ("mae", "rmse", "r2", "roc_auc", "pr_auc", "loss")
+ORDER = ("mae", "rmse", "r2", "roc_auc", "pr_auc", "ece", "loss")
 
 
 def _rank(name: str) -> tuple[int, str]:

@@ -33,16 +33,23 @@ def test_regression_rmse_r2_per_target_and_mean():
     assert extra.compute() == {}  # reset after compute
 
 
-def test_binary_pr_auc_single_and_per_target():
+def test_binary_pr_auc_and_calibration_error_single_and_per_target():
     gen = np.random.default_rng(1)
     y = gen.integers(0, 2, (80, 2))
     logits = gen.normal(size=(80, 2)) + 1.5 * y
     one = ExtraMetrics("binary", ["active"])
     one.update(torch.tensor(logits[:, :1], dtype=torch.float32), torch.tensor(y[:, :1]))
     got = one.compute()
-    assert set(got) == {"pr_auc"}
+    assert set(got) == {"pr_auc", "ece"}
     assert float(got["pr_auc"]) == pytest.approx(average_precision_score(y[:, 0], logits[:, 0]),
                                                  abs=1e-5)
+    # ECE by hand: 15 equal-width bins of the probability, |frequency - mean probability|
+    # weighted by the bin's share of molecules
+    p = 1 / (1 + np.exp(-logits[:, 0].astype(np.float32)))
+    bins = np.clip(np.ceil(p * 15).astype(int) - 1, 0, 14)
+    ece = sum(abs(y[bins == b, 0].mean() - p[bins == b].mean()) * (bins == b).mean()
+              for b in range(15) if (bins == b).any())
+    assert float(got["ece"]) == pytest.approx(ece, abs=1e-5)
     two = ExtraMetrics("binary", ["a", "b"])
     two.update(torch.tensor(logits, dtype=torch.float32), torch.tensor(y))
     got = {k: float(v) for k, v in two.compute().items()}
