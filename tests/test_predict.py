@@ -251,14 +251,17 @@ def test_python_dash_m(tmp_path, ckpt):
     assert "flagged: 3" in run.stderr
 
 
-def test_chunked_stream_with_worker_process_matches(tmp_path, ckpt, module):
+@pytest.mark.parametrize("workers", [1, 3])
+def test_chunked_stream_with_worker_processes_keeps_order_and_flags(tmp_path, ckpt, module,
+                                                                     workers):
     from graphormer_sepnorm.prediction.runner import predict_file
 
-    smiles = SMILES + ["bad(", ""]
+    # bad rows in the first, a middle and the last chunk: each flagged in its own row
+    smiles = ["bad(", *SMILES[:9], "", *SMILES[9:]]
     src = tmp_path / "in.csv"
     pd.DataFrame({"smiles": smiles, "k": range(len(smiles))}).to_csv(src, index=False)
-    summary = predict_file(src, tmp_path / "o.csv", str(ckpt), batch_size=3, num_workers=1,
-                           chunk_size=4, progress=False)
+    summary = predict_file(src, tmp_path / "o.csv", str(ckpt), batch_size=3,
+                           num_workers=workers, chunk_size=4, progress=False)
     assert (summary.rows, summary.predicted, summary.flagged) == (22, 20, 2)
     frame = pd.read_csv(tmp_path / "o.csv", keep_default_na=False)
     expected = predict_smiles(smiles, module)
