@@ -123,3 +123,19 @@ def test_layout_without_rdkit_matches_the_generators():
                                                       "rdkit2d": (2048, 2222)}
     with pytest.raises(ValueError, match="unknown molecule feature"):
         mol_feature_dim("maccs")
+
+
+def test_rdkit2d_fast_is_rdkit2d_without_the_costliest_descriptors():
+    from graphormer_sepnorm.chem.layout import FAST_LEFT_OUT, feature_columns, mol_feature_dim
+    from graphormer_sepnorm.ensemble.fingerprint_gp import gp_columns
+
+    names = [item["name"] for item in mf.descriptor_spec()]
+    assert FAST_LEFT_OUT <= set(names)  # every name left out is one of the spec's
+    kept = [k for k, name in enumerate(names) if name not in FAST_LEFT_OUT]
+    assert mol_feature_dim("rdkit2d_fast") == len(kept) == 150
+    mol = Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1")
+    np.testing.assert_array_equal(mf.RDKit2DFast()(mol), mf.RDKit2D()(mol)[kept])
+    # the GP takes either descriptor feature as its descriptor kernel's columns
+    columns = feature_columns(["rdkit2d_fast", "morgan"])
+    assert gp_columns({"mol_features": ["rdkit2d_fast", "morgan"]}) == {
+        "rdkit2d": columns["rdkit2d_fast"], "morgan": columns["morgan"]}

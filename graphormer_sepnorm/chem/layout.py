@@ -14,31 +14,53 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MORGAN_BITS", "SPEC_PATH", "descriptor_spec", "feature_columns", "mol_feature_dim"]
+__all__ = ["DESCRIPTOR_FEATURES", "FAST_LEFT_OUT", "MORGAN_BITS", "SPEC_PATH", "descriptor_spec",
+           "feature_columns", "mol_feature_dim"]
 
 #: The descriptors' recorded transforms and statistics (``benchmarks/pretrain_data.py`` wrote it).
 SPEC_PATH = Path(__file__).with_name("rdkit2d_descriptors.json")
 #: Width of the folded Morgan counts (``morgan``).
 MORGAN_BITS = 2048
+#: The descriptors ``rdkit2d_fast`` leaves out of ``rdkit2d``'s: the costliest to compute, 4.8 of
+#: the 7.5 ms a ZINC molecule's descriptors take in sequence (``benchmarks/descriptor_cost.py``):
+#: QED (its structural alerts, 1.6 ms), the BCUT2D family (a Gasteiger-charge Burden matrix
+#: eigen-decomposition), SPS, BertzCT, AvgIpc, the 2nd-4th order Chi indices, the Morgan
+#: fingerprint densities (Morgan counts are a feature of their own), Phi, Kappa3, BalabanJ.
+FAST_LEFT_OUT = frozenset({
+    "qed", "SPS", "BertzCT", "AvgIpc", "Chi2n", "Chi2v", "Chi3n", "Chi3v", "Chi4n", "Chi4v",
+    "FpDensityMorgan1", "FpDensityMorgan2", "FpDensityMorgan3", "Phi", "Kappa3", "BalabanJ",
+    "BCUT2D_MWHI", "BCUT2D_MWLOW", "BCUT2D_CHGHI", "BCUT2D_CHGLO", "BCUT2D_LOGPHI",
+    "BCUT2D_LOGPLOW", "BCUT2D_MRHI", "BCUT2D_MRLOW"})
+#: The descriptor features: all of the spec's, or the spec's without :data:`FAST_LEFT_OUT`.
+DESCRIPTOR_FEATURES = ("rdkit2d", "rdkit2d_fast")
 
 
 @cache
-def descriptor_spec() -> tuple[dict[str, Any], ...]:
-    """The recorded descriptors: ``name``, ``transform``, ``clip`` bounds, ``mean``, ``std``."""
-    return tuple(json.loads(SPEC_PATH.read_text())["descriptors"])
+def descriptor_spec(name: str = "rdkit2d") -> tuple[dict[str, Any], ...]:
+    """The descriptors of feature ``name``: ``name``, ``transform``, ``clip``, ``mean``, ``std``.
+
+    ``rdkit2d``: all the recorded ones; ``rdkit2d_fast``: those without :data:`FAST_LEFT_OUT`.
+    """
+    spec = tuple(json.loads(SPEC_PATH.read_text())["descriptors"])
+    if name == "rdkit2d_fast":
+        return tuple(item for item in spec if item["name"] not in FAST_LEFT_OUT)
+    if name != "rdkit2d":
+        raise ValueError(f"no descriptor feature {name!r}; choose from {DESCRIPTOR_FEATURES}")
+    return spec
 
 
 def mol_feature_dim(name: str) -> int:
-    """Width of one molecule feature: ``rdkit2d`` (174 descriptors) or ``morgan`` (2,048).
+    """Width of one molecule feature: ``rdkit2d`` (174), ``rdkit2d_fast`` (150), ``morgan`` (2,048).
 
     Raises:
         ValueError: An unknown name.
     """
-    if name == "rdkit2d":
-        return len(descriptor_spec())
+    if name in DESCRIPTOR_FEATURES:
+        return len(descriptor_spec(name))
     if name == "morgan":
         return MORGAN_BITS
-    raise ValueError(f"unknown molecule feature {name!r}; choose from ['morgan', 'rdkit2d']")
+    raise ValueError(f"unknown molecule feature {name!r}; choose from "
+                     f"{sorted(['morgan', *DESCRIPTOR_FEATURES])}")
 
 
 def feature_columns(names: Sequence[str]) -> dict[str, tuple[int, int]]:

@@ -30,7 +30,7 @@ from rdkit.Chem import Descriptors, rdFingerprintGenerator
 from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
-           "RDKit2D", "apply_transform", "build_mol_features", "descriptor_spec",
+           "RDKit2D", "RDKit2DFast", "apply_transform", "build_mol_features", "descriptor_spec",
            "transform_descriptors"]
 
 
@@ -113,7 +113,7 @@ class RDKit2D(MolFeatures):
     name = "rdkit2d"
 
     def __init__(self) -> None:
-        self.spec = descriptor_spec()
+        self.spec = descriptor_spec(self.name)
         functions = dict(Descriptors.descList)
         self.functions = [functions[item["name"]] for item in self.spec]
         self.transform = DescriptorTransform(self.spec)
@@ -155,7 +155,21 @@ class MorganCounts(MolFeatures):
         return np.log1p(counts.astype(np.float32))
 
 
-MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "morgan": MorganCounts}
+class RDKit2DFast(RDKit2D):
+    """:class:`RDKit2D` without its costliest descriptors (``chem.layout.FAST_LEFT_OUT``).
+
+    The same transforms and statistics for the 150 it keeps, about a third of the time.
+
+    Examples:
+        >>> RDKit2DFast()(Chem.MolFromSmiles("CCO")).shape
+        (150,)
+    """
+
+    name = "rdkit2d_fast"
+
+
+MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "rdkit2d_fast": RDKit2DFast,
+                                              "morgan": MorganCounts}
 
 
 def build_mol_features(names: Sequence[str]) -> list[MolFeatures]:

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.chem.layout import feature_columns
+from graphormer_sepnorm.chem.layout import DESCRIPTOR_FEATURES, feature_columns
 
 __all__ = ["KERNEL_FEATURES", "FingerprintGP", "gp_columns", "minmax_similarity"]
 
@@ -34,11 +34,14 @@ def gp_columns(featurizer: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     Read from a featurizer's config (``dataset_info['featurizer']``): its record of them,
     ``mol_feature_columns``, or, in configs written before it had one, the layout of its
     ``mol_features`` names (no RDKit either way). Empty without Morgan counts or descriptors.
+    Either descriptor feature (``rdkit2d``, ``rdkit2d_fast``) is the ``rdkit2d`` kernel's.
     """
     columns = featurizer.get("mol_feature_columns")
     if columns is None:
         columns = feature_columns(featurizer.get("mol_features", []))
-    return {name: (int(c[0]), int(c[1])) for name, c in columns.items()
+    kernels = {"rdkit2d" if name in DESCRIPTOR_FEATURES else name: c
+               for name, c in columns.items()}
+    return {name: (int(c[0]), int(c[1])) for name, c in kernels.items()
             if name in KERNEL_FEATURES}
 
 
