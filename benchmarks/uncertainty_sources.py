@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -38,6 +39,8 @@ from graphormer_sepnorm.ensemble.calibration import (
     spearman,
     std_error_spearman,
 )
+from graphormer_sepnorm.ensemble.callback import training_features
+from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP
 from graphormer_sepnorm.prediction.checkpoints import load_with_blend
 from graphormer_sepnorm.training.from_checkpoint import checkpoint_data
 
@@ -52,17 +55,32 @@ def best_checkpoint(run: Path) -> Path:
     return found[-1]
 
 
-@torch.no_grad()
-def split_parts(path: Path, split: str) -> tuple[dict[str, Tensor], BlendedModel]:
-    """Per molecule of ``split`` (first target): target, blend, and the candidates' inputs."""
+def load_run(path: Path) -> tuple[Any, BlendedModel, SmilesCSVDataModule]:
+    """A checkpoint's network, blend and datamodule.
+
+    A GP saved before it had deviations (no leave-one-out residuals) is refitted on the
+    training molecules as a fit does at its start, with this code; it must predict the saved
+    GP's means (checked), so the blend is the one that was tested.
+    """
     module, blend = load_with_blend(path)
     if blend is None:
         raise SystemExit(f"{path}: no GP blend")
-    settings = checkpoint_data(path)
-    data = SmilesCSVDataModule(**settings["init_args"])
+    data = SmilesCSVDataModule(**checkpoint_data(path)["init_args"])
+    if not blend.gp.has_std:
+        x, y = training_features(data)
+        gp = FingerprintGP(dict(blend.gp.slices), blend.gp.hyper.shape[0])
+        gp.fit(x, y)
+        torch.testing.assert_close(gp(x), blend.gp(x), rtol=1e-3, atol=1e-3)
+        blend = BlendedModel(gp, blend.weight, network=module)
     data.setup("test")
+    return module.eval(), blend, data
+
+
+@torch.no_grad()
+def split_parts(module: Any, blend: BlendedModel, data: SmilesCSVDataModule,
+                split: str) -> dict[str, Tensor]:
+    """Per molecule of ``split`` (first target): target, blend, and the candidates' inputs."""
     loader = data.val_dataloader() if split == "val" else data.test_dataloader()
-    module.eval()
     rows: dict[str, list[Tensor]] = {k: [] for k in ("y", "net", "gp_mean", "latent", "noise",
                                                       "mol_x")}
     gp = blend.gp
@@ -76,7 +94,7 @@ def split_parts(path: Path, split: str) -> tuple[dict[str, Tensor], BlendedModel
     parts = {k: torch.cat(v) for k, v in rows.items()}
     parts["blend"] = blend.weight * parts["gp_mean"] + (1 - blend.weight) * parts["net"]
     parts["train_mean"] = gp.y_mean.float()[0].expand_as(parts["blend"])
-    return parts, blend
+    return parts
 
 
 def gp_variance_parts(gp, mol_x: Tensor) -> tuple[Tensor, Tensor]:
@@ -131,10 +149,10 @@ def main(argv: list[str] | None = None) -> None:
     print("run split n " + " ".join(CANDIDATES), flush=True)
     calibrated = []
     for run in args.runs:
-        path = best_checkpoint(run)
+        module, blend, data = load_run(best_checkpoint(run))
         parts = {}
         for split in ("val", "test"):
-            parts[split], blend = split_parts(path, split)
+            parts[split] = split_parts(module, blend, data, split)
             error = (parts[split]["y"] - parts[split]["blend"]).abs()
             scores = {name: float(spearman(sigma, error))
                       for name, sigma in candidates(parts[split]).items()}
