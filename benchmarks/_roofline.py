@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -66,6 +66,8 @@ class GraphRecord:
     bytes: int
     flops: int
     calls: int = 0
+    #: the scheduled nodes' ``(bytes, what they compute)``, largest first (at most 40)
+    largest: list[tuple[int, str]] = field(default_factory=list)
 
 
 class InductorRecorder:
@@ -118,10 +120,13 @@ def _record(lowering: Any, index: int) -> GraphRecord:
     from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
 
     kernels = externs = size = flops = 0
+    largest = []
     for node in lowering.scheduler.nodes:
         if isinstance(node, NopKernelSchedulerNode):
             continue
-        size += node.get_read_write_buffers_sizes()
+        node_bytes = node.get_read_write_buffers_sizes()
+        size += node_bytes
+        largest.append((node_bytes, _describe(node)))
         if isinstance(node, ExternKernelSchedulerNode):
             externs += not _is_view_like(node)
             flops += node.estimate_flops() or 0
@@ -129,7 +134,21 @@ def _record(lowering: Any, index: int) -> GraphRecord:
             kernels += 1
     kind = "backward" if "tangents_1" in {n.name for n in lowering.module.graph.nodes} else \
         "forward"
-    return GraphRecord(f"{index}:{kind}", kernels, externs, size, flops)
+    largest.sort(key=lambda item: -item[0])
+    return GraphRecord(f"{index}:{kind}", kernels, externs, size, flops, largest=largest[:40])
+
+
+def _describe(node: Any) -> str:
+    """The aten operations a scheduled (possibly fused) node computes, short."""
+    parts = node.get_nodes() if hasattr(node, "get_nodes") else [node]
+    targets = []
+    for part in parts:
+        for origin in getattr(getattr(part, "node", None), "origins", ()) or ():
+            target = str(getattr(origin, "target", origin)).replace("aten.", "")
+            target = target.removesuffix(".default")
+            if target not in targets:
+                targets.append(target)
+    return "+".join(targets[:6]) + ("+..." if len(targets) > 6 else "")
 
 
 def _is_view_like(node: Any) -> bool:

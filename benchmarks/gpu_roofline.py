@@ -147,7 +147,9 @@ def _counted(recorder: InductorRecorder, work: Any) -> dict[str, int]:
             "eager_launches": eager.launches,
             "bytes": sum(c * g.bytes for g, c in ran) + eager.bytes,
             "flops": sum(c * g.flops for g, c in ran) + eager.flops,
-            "syncs": eager.syncs, "recompiles": len(recorder.graphs) - compiled}
+            "syncs": eager.syncs, "recompiles": len(recorder.graphs) - compiled,
+            "largest": sorted(((c * b, f"{g.name} {what}") for g, c in ran
+                               for b, what in g.largest), reverse=True)}
 
 
 def _statistics_pass(module: Any, batch: Any) -> None:
@@ -184,6 +186,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         help="scales the batch sizes (256, 128), for smoke runs")
     parser.add_argument("--compile", default=preset_compile_mode(),
                         help="torch.compile mode (default: the gpu_fast preset's)")
+    parser.add_argument("--top", type=int, default=0,
+                        help="also print the N scheduled kernels of a step moving most bytes")
     parser.add_argument("--cpu-fusion", action="store_true",
                         help="fuse with inductor's CPU rules instead of its CUDA rules")
     args = parser.parse_args(argv)
@@ -198,6 +202,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for seeds in [*paths, *[list(range(k)) for k in args.k]]:
             rows.append(measure(name, store, seeds, args))
             print_row(rows[-1])
+            for size, what in rows[-1]["largest"][:args.top]:
+                print(f"    {size / 1e6:9.1f} MB  {what}", flush=True)
     summary(rows)
     return rows
 
