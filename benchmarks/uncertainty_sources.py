@@ -97,18 +97,13 @@ def split_parts(module: Any, blend: BlendedModel, data: SmilesCSVDataModule,
     return parts
 
 
-def gp_variance_parts(gp, mol_x: Tensor) -> tuple[Tensor, Tensor]:
+def gp_variance_parts(gp: FingerprintGP, mol_x: Tensor) -> tuple[Tensor, Tensor]:
     """The GP's latent and noise variances of target 0, in the targets' squared units."""
-    parts = gp._parts(gp._select(mol_x.float()), gp.train_x.float())
     hyper = gp.hyper.float()[0]
-    kernel = gp._kernel(parts, hyper)
-    total = gp._std(kernel, 0, hyper).double().square()
-    rows = gp.present[:, 0]
-    k = kernel[:, rows].double()
-    weights = k.clamp_min(0.0)
-    noise = (weights @ gp.loo_sq[rows, 0].double()) / weights.sum(1).clamp_min(1e-12)
+    kernel = gp._kernel(gp._parts(gp._select(mol_x.float()), gp.train_x.float()), hyper)
+    latent, noise = gp.variance_parts(kernel, 0, hyper)
     scale = float(gp.y_std.float()[0]) ** 2
-    return ((total - noise).clamp_min(0) * scale).float(), (noise * scale).float()
+    return (latent * scale).float(), (noise * scale).float()
 
 
 def candidates(parts: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -41,12 +41,11 @@ def descriptor_spec(name: str = "rdkit2d") -> tuple[dict[str, Any], ...]:
 
     ``rdkit2d``: all the recorded ones; ``rdkit2d_fast``: those without :data:`FAST_LEFT_OUT`.
     """
-    spec = tuple(json.loads(SPEC_PATH.read_text())["descriptors"])
-    if name == "rdkit2d_fast":
-        return tuple(item for item in spec if item["name"] not in FAST_LEFT_OUT)
-    if name != "rdkit2d":
-        raise ValueError(f"no descriptor feature {name!r}; choose from {DESCRIPTOR_FEATURES}")
-    return spec
+    if name == "rdkit2d":
+        return tuple(json.loads(SPEC_PATH.read_text())["descriptors"])
+    if name == "rdkit2d_fast":  # the file read once, by the cached call above
+        return tuple(item for item in descriptor_spec() if item["name"] not in FAST_LEFT_OUT)
+    raise ValueError(f"no descriptor feature {name!r}; choose from {DESCRIPTOR_FEATURES}")
 
 
 def mol_feature_dim(name: str) -> int:

@@ -188,6 +188,17 @@ class FingerprintGP(nn.Module):
 
     def _std(self, kernel: Tensor, t: int, hyper: Tensor) -> Tensor:
         """One target's predictive standard deviation ``[B]`` (standardized units)."""
+        latent, noise = self.variance_parts(kernel, t, hyper)
+        return (latent + noise).sqrt().float()
+
+    def variance_parts(self, kernel: Tensor, t: int, hyper: Tensor) -> tuple[Tensor, Tensor]:
+        """One target's latent and noise variances ``[B]``, float64, standardized units.
+
+        Args:
+            kernel: ``[B, N]`` kernel of the molecules against the training ones.
+            t: the target.
+            hyper: its hyperparameters.
+        """
         rows = self.present[:, t]
         k = kernel[:, rows].double()
         if t not in self._chol:
@@ -202,7 +213,7 @@ class FingerprintGP(nn.Module):
         latent = (prior - solved.square().sum(0)).clamp_min(0.0)
         weights = k.clamp_min(0.0)
         noise = (weights @ self.loo_sq[rows, t].double()) / weights.sum(1).clamp_min(1e-12)
-        return (latent + noise).sqrt().float()
+        return latent, noise
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
                               **kwargs: Any) -> None:

@@ -34,6 +34,8 @@ def graphormer_module(**kwargs: Any) -> GraphormerModule:
         >>> type(graphormer_module(dataset_info=info, seeds=[0, 1])).__name__
         'PackedGraphormerModule'
     """
+    # the classes called by name, not through module_class: jsonargparse reads the arguments
+    # from these calls (it resolves **kwargs passed to a class it can see)
     if kwargs.get("seeds"):
         return PackedGraphormerModule(**kwargs)
     return GraphormerModule(**kwargs)
@@ -43,5 +45,7 @@ def load_module(path: str | Path, **kwargs: Any) -> GraphormerModule:
     """A checkpoint's module, packed or not (``load_from_checkpoint``'s ``kwargs``)."""
     import torch
 
-    hparams = torch.load(path, map_location="cpu", weights_only=True).get("hyper_parameters", {})
+    # mmap: only the hyperparameters are read here; load_from_checkpoint reads the weights
+    hparams = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get(
+        "hyper_parameters", {})
     return module_class(hparams.get("seeds")).load_from_checkpoint(path, **kwargs)
