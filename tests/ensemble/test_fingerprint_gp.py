@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP, gp_columns, minmax_similarity
+from graphormer_sepnorm.ensemble.fingerprint_gp import (
+    FingerprintGP,
+    _evidence_gradient,
+    gp_columns,
+    minmax_similarity,
+)
 
 
 def test_minmax_similarity_is_the_tanimoto_of_counts():
@@ -41,6 +46,23 @@ def test_a_molecule_unlike_any_training_one_gets_the_training_mean():
     gp.fit(x, y, steps=20)
     far = torch.cat([torch.zeros(1, 8), torch.ones(1, 8)], 1)
     assert gp(far).item() == pytest.approx(y.mean().item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("terms", ["both", "tanimoto", "rbf"])
+def test_the_closed_form_evidence_gradient_is_autograds(terms: str):
+    x = _counts(15, 6, 4).double()
+    d = torch.randn(15, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    parts = (minmax_similarity(x, x) if terms != "rbf" else None,
+             torch.cdist(d, d).square() / 3 if terms != "tanimoto" else None)
+    z = torch.randn(15, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    log = torch.tensor([0.3, -0.7, 0.2, -1.5], dtype=torch.float64, requires_grad=True)
+    hyper = log.exp()
+    cov = FingerprintGP._kernel(parts, hyper) + (hyper[3] + 1e-6) * torch.eye(15, dtype=z.dtype)
+    chol = torch.linalg.cholesky(cov)
+    nll = 0.5 * z @ torch.cholesky_solve(z[:, None], chol)[:, 0] + chol.diagonal().log().sum()
+    (expected,) = torch.autograd.grad(nll, log)
+    torch.testing.assert_close(_evidence_gradient(parts, z, hyper.detach()), expected,
+                               rtol=1e-9, atol=1e-12)
 
 
 def test_fit_learns_a_target_of_the_features():
