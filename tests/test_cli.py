@@ -80,6 +80,9 @@ def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
     assert "val/roc_auc" in fit.trainer.callback_metrics
     # checkpoints hold plain values only
     ckpt = torch.load(best, weights_only=True, map_location="cpu")
+    # each validation calibrated the probabilities' temperature; the checkpoint keeps it
+    scale = ckpt["state_dict"]["task.logit_scale"]
+    assert float(fit.trainer.callback_metrics["val/logit_scale"]) > 0 and scale.shape == (1,)
     assert ckpt["hyper_parameters"]["dataset_info"]["target_names"] == ["hiv_active"]
     assert ckpt["hyper_parameters"]["config"] == fit.model.config.to_dict()
     logged = yaml.safe_load((ckpt_dir.parent / "hparams.yaml").read_text())
@@ -92,12 +95,21 @@ def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
     # the test run scored the checkpoint's weights, not the fresh ones
     weights = ckpt["state_dict"]["model.head.weight"]
     assert torch.equal(test.model.model.head.weight, weights)
+    assert torch.equal(test.model.task.logit_scale, scale)
     # a checkpoint of the previous format (flat model hyperparameters) tests the same
     torch.save(downgrade(ckpt), tmp_path / "old.ckpt")
     old = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path",
                 str(tmp_path / "old.ckpt")])
     assert float(old.trainer.callback_metrics["test/roc_auc"]) == float(metrics["test/roc_auc"])
     assert old.model.config == test.model.config
+    # ... and one saved before temperature scaling: uncalibrated, the same ranking
+    del ckpt["state_dict"]["task.logit_scale"]
+    torch.save(ckpt, tmp_path / "uncalibrated.ckpt")
+    plain = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path",
+                  str(tmp_path / "uncalibrated.ckpt")])
+    assert torch.equal(plain.model.task.logit_scale, torch.ones(1))
+    assert float(plain.trainer.callback_metrics["test/roc_auc"]) == pytest.approx(
+        float(metrics["test/roc_auc"]), abs=1e-6)
 
     val = main(["validate", *common(tmp_path, "molhiv.yaml"), "--ckpt_path", str(best)])
     assert float(val.trainer.callback_metrics["val/roc_auc"]) == pytest.approx(

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor
 from torchmetrics import Metric
+from torchmetrics.aggregation import CatMetric
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.backends import Backend, set_backend
@@ -147,6 +148,8 @@ class GraphormerModule(LightningModule):
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
         self.val_loss = WeightedMean()
         self.test_loss = WeightedMean()
+        # raw validation outputs and targets side by side, for the task's calibration
+        self.val_outputs = CatMetric(nan_strategy="disable")
         self._weights_from_checkpoint = False
         self._compiled = False
 
@@ -255,6 +258,8 @@ class GraphormerModule(LightningModule):
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
                   loss: WeightedMean) -> Tensor:
         out = self.evaluated(batch)
+        if stage == "val" and self.task.calibrates:
+            self.val_outputs.update(torch.cat([out, batch.y.to(out.dtype)], 1))
         loss.update(self.task.loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones
@@ -279,8 +284,20 @@ class GraphormerModule(LightningModule):
         return self._evaluate(batch, "test", self.test_metric, self.test_loss)
 
     def on_validation_epoch_end(self) -> None:
-        """Logs ``val/rmse``, ``val/r2`` or ``val/pr_auc`` (and per-target values)."""
+        """Logs ``val/rmse``, ``val/r2`` or ``val/pr_auc`` (and per-target values).
+
+        In a fit, also calibrates the task on the validation outputs (binary: the probabilities'
+        temperature), so the checkpoint saved after this validation predicts with it.
+        """
         self._log_extra("val", self.val_extra)
+        if not self.val_outputs.update_count:
+            return
+        both = self.val_outputs.compute()  # synchronized across processes
+        self.val_outputs.reset()
+        if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            t = self.task.num_targets
+            for name, value in self.task.calibrate(both[:, :t], both[:, t:]).items():
+                self.log(f"val/{name}", value, sync_dist=False)
 
     def on_test_epoch_end(self) -> None:
         """Logs ``test/rmse``, ``test/r2`` or ``test/pr_auc`` (and per-target values)."""

@@ -11,6 +11,12 @@ regression     L1 on standardized targets          ``mae``             de-standa
 binary         BCE with logits                     ``roc_auc``         sigmoid probabilities
 =============  ==================================  ==================  ========================
 
+Binary probabilities are temperature-scaled (Guo et al., ICML 2017): each validation of a fit
+sets ``task.logit_scale`` (one factor per target, saved in the checkpoint) to the one that
+minimizes the validation molecules' cross-entropy of ``sigmoid(scale * logit)``. It changes no
+ranking (ROC-AUC, PR-AUC), only how far the probabilities are from 0.5: a network trained to
+convergence on BCE tends to be overconfident. Checkpoints saved before it load with scale 1.
+
 Examples:
     >>> import torch
     >>> task = make_task("regression", ["logS"])
@@ -50,11 +56,14 @@ class Task(nn.Module):
         name: ``'regression'`` or ``'binary'``, as in ``dataset_info['task']``.
         metric_name: The main metric, logged as ``val/<metric_name>`` and ``test/<...>``.
         scales_targets: Whether ``standardize_targets`` applies (:meth:`set_scaler`).
+        calibrates: Whether :meth:`calibrate` fits anything (the module then keeps the
+            validation outputs for it).
     """
 
     name: ClassVar[TaskType]
     metric_name: ClassVar[str]
     scales_targets: ClassVar[bool] = False
+    calibrates: ClassVar[bool] = False
 
     def __init__(self, target_names: Sequence[str]) -> None:
         super().__init__()
@@ -92,6 +101,13 @@ class Task(nn.Module):
     def set_scaler(self, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor) -> None:
         """Sets the target scaler; only tasks with :attr:`scales_targets` have one."""
         raise ValueError(f"{self.name} targets are not standardized")
+
+    def calibrate(self, out: Tensor, y: Tensor) -> dict[str, Tensor]:
+        """Fits the predictions' calibration on held-out outputs; returns values to log.
+
+        Nothing for tasks without one (regression: its uncertainty is the GP blend's).
+        """
+        return {}
 
 
 class RegressionTask(Task):
@@ -135,22 +151,32 @@ class RegressionTask(Task):
 
 
 class BinaryTask(Task):
-    """BCE with logits, ``roc_auc`` (averaged over targets when there are several)."""
+    """BCE with logits, ``roc_auc`` (averaged over targets when there are several).
+
+    Buffer ``logit_scale`` ``[T]``: the inverse temperature of each target's probabilities (1
+    until :meth:`calibrate`).
+    """
 
     name = "binary"
     metric_name = "roc_auc"
+    calibrates = True
+    logit_scale: Tensor
+
+    def __init__(self, target_names: Sequence[str]) -> None:
+        super().__init__(target_names)
+        self.register_buffer("logit_scale", torch.ones(self.num_targets))
 
     def loss(self, out: Tensor, y: Tensor) -> Tensor:
         """Binary cross-entropy of the logits ``out`` against 0/1 targets."""
         return F.binary_cross_entropy_with_logits(out, y)
 
     def to_predictions(self, out: Tensor) -> Tensor:
-        """Probabilities, ``sigmoid(out)``."""
-        return torch.sigmoid(out)
+        """Calibrated probabilities, ``sigmoid(logit_scale * out)``."""
+        return torch.sigmoid(self.metric_inputs(out))
 
     def metric_inputs(self, out: Tensor) -> Tensor:
-        """The logits (ROC-AUC and PR-AUC depend only on their order)."""
-        return out
+        """The calibrated logits (ROC-AUC and PR-AUC depend only on their order)."""
+        return out * self.logit_scale.to(out.dtype)
 
     def metric(self) -> Metric:
         """``BinaryAUROC`` for one target, ``MultilabelAUROC`` (macro) for several."""
@@ -162,6 +188,48 @@ class BinaryTask(Task):
         if preds.shape[1] == 1:
             preds, target = preds[:, 0], target[:, 0]
         metric.update(preds, target)
+
+    def calibrate(self, out: Tensor, y: Tensor) -> dict[str, Tensor]:
+        """Sets ``logit_scale`` from held-out raw logits ``out`` and labels ``y`` ``[N, T]``.
+
+        A target whose labels are all one class (or missing) keeps its scale: nothing there
+        tells how sharp its probabilities should be.
+
+        Returns:
+            ``{'logit_scale': mean over targets}``.
+        """
+        for t in range(self.num_targets):
+            present = ~torch.isnan(y[:, t])
+            labels = y[present, t].double()
+            if 0 < labels.sum() < len(labels):
+                self.logit_scale[t] = inverse_temperature(out[present, t].double(), labels)
+        return {"logit_scale": self.logit_scale.mean()}
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object,
+                              **kwargs: object) -> None:
+        # saved before temperature scaling existed: uncalibrated, as they were trained
+        state_dict.setdefault(prefix + "logit_scale", torch.ones_like(self.logit_scale))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def inverse_temperature(logits: Tensor, labels: Tensor, steps: int = 50) -> float:
+    """The ``s > 0`` minimizing the mean BCE of ``sigmoid(s * logits)`` against 0/1 ``labels``.
+
+    Newton's method on this one-dimensional convex problem, from 1 and kept within [1e-3, 1e3]
+    (labels that the logits separate perfectly want ``s`` to grow without end).
+    """
+    scale = 1.0
+    for _ in range(steps):
+        p = torch.sigmoid(scale * logits)
+        gradient = float(((p - labels) * logits).mean())
+        curvature = float((p * (1 - p) * logits.square()).mean())
+        if curvature <= 1e-12:
+            break
+        step = gradient / curvature
+        scale = min(max(scale - step, scale / 4, 1e-3), scale * 4, 1e3)
+        if abs(step) < 1e-9 * scale:
+            break
+    return scale
 
 
 TASKS: dict[str, type[Task]] = {"regression": RegressionTask, "binary": BinaryTask}

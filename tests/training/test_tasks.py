@@ -32,7 +32,9 @@ def test_regression_standardizes_and_destandardizes():
 def test_binary_uses_logits_for_loss_and_metrics_and_has_no_scaler():
     task = make_task("binary", ["active"])
     assert isinstance(task, BinaryTask) and task.metric_name == "roc_auc"
-    assert not task.scales_targets and dict(task.state_dict()) == {}
+    # its state: the probabilities' inverse temperature, 1 until calibrated
+    assert not task.scales_targets and task.calibrates
+    assert dict(task.state_dict()) == {"logit_scale": torch.ones(1)}
     out = torch.tensor([[2.0], [-1.0], [0.5], [-3.0]])
     y = torch.tensor([[1.0], [0.0], [0.0], [1.0]])
     assert torch.allclose(task.to_predictions(out), torch.sigmoid(out))
@@ -60,3 +62,63 @@ def test_multilabel_binary_metric_and_extra_metrics():
 def test_unknown_task():
     with pytest.raises(ValueError, match="unknown task 'multiclass'"):
         make_task("multiclass", ["y"])
+
+
+def _overconfident(n: int, sharpness: float, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits ``sharpness * z`` of labels drawn with probability ``sigmoid(z)``."""
+    generator = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, generator=generator) * 2
+    labels = (torch.rand(n, generator=generator) < torch.sigmoid(z)).float()
+    return sharpness * z, labels
+
+
+def _ece(probabilities: torch.Tensor, labels: torch.Tensor) -> float:
+    from torchmetrics.functional.classification import binary_calibration_error
+
+    return float(binary_calibration_error(probabilities, labels.long(), n_bins=15))
+
+
+def test_temperature_scaling_undoes_overconfidence():
+    logits, labels = _overconfident(20_000, 3.0)
+    task = BinaryTask(["active"])
+    raw = task.to_predictions(logits[:, None])[:, 0]
+    logged = task.calibrate(logits[:, None], labels[:, None])
+    # the logits are 3x too sharp: the fitted inverse temperature is about 1/3
+    assert float(task.logit_scale[0]) == pytest.approx(1 / 3, rel=0.05)
+    assert torch.equal(logged["logit_scale"], task.logit_scale.mean())
+    calibrated = task.to_predictions(logits[:, None])[:, 0]
+    assert torch.allclose(calibrated, torch.sigmoid(logits * task.logit_scale[0]))
+    assert _ece(calibrated, labels) < 0.02 < 0.1 < _ece(raw, labels)
+    # rankings, hence ROC-AUC and PR-AUC, do not move
+    scaled = task.metric_inputs(logits[:, None])[:, 0]
+    assert bool((scaled[logits.argsort()].diff() >= 0).all())
+
+
+def test_calibrated_logits_already_calibrated_keep_a_scale_near_one():
+    logits, labels = _overconfident(20_000, 1.0, seed=1)
+    task = BinaryTask(["active"])
+    task.calibrate(logits[:, None], labels[:, None])
+    assert float(task.logit_scale[0]) == pytest.approx(1.0, rel=0.05)
+
+
+def test_calibration_skips_missing_labels_and_one_class_targets():
+    logits, labels = _overconfident(4_000, 2.0, seed=2)
+    holes = labels.clone()
+    holes[::2] = float("nan")
+    out = torch.stack([logits, logits], 1)
+    y = torch.stack([holes, torch.zeros_like(labels)], 1)  # target 1: one class only
+    task = BinaryTask(["a", "b"])
+    task.calibrate(out, y)
+    alone = BinaryTask(["a"])
+    alone.calibrate(logits[1::2, None], labels[1::2, None])
+    assert float(task.logit_scale[0]) == float(alone.logit_scale[0]) != 1.0
+    assert float(task.logit_scale[1]) == 1.0
+
+
+def test_a_binary_task_saved_before_calibration_loads_uncalibrated():
+    task = BinaryTask(["active"])
+    task.logit_scale.fill_(0.5)
+    task.load_state_dict({})  # an old checkpoint's task had no state
+    assert torch.equal(task.logit_scale, torch.ones(1))
+    out = torch.tensor([[-1.0], [2.0]])
+    assert torch.equal(task.to_predictions(out), torch.sigmoid(out))
