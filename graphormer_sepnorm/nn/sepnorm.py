@@ -101,8 +101,7 @@ class GraphTokenBatchNorm(_FloatStatistics):
 
     def _cumulative_batch_norm(self, x: Tensor) -> Tensor:
         var, mean = torch.var_mean(x, 0, correction=0)
-        count = torch.full((), float(x.shape[0]), dtype=torch.float64, device=x.device)
-        return self._normalize_and_track(x, mean, var, count)
+        return self._normalize_and_track(x, mean, var, x.new_full((), len(x), dtype=torch.float64))
 
     def _global_batch_norm(self, x: Tensor) -> Tensor:
         return self._normalize_and_track(x, *global_batch_moments(x))
@@ -113,12 +112,13 @@ class GraphTokenBatchNorm(_FloatStatistics):
         usable = count > 1
         with torch.no_grad():
             self.num_batches_tracked.add_(usable.to(self.num_batches_tracked.dtype))
-            # momentum None: a cumulative average, as BatchNorm's own
+            # momentum None: cumulative, as BatchNorm's; no lerp_ (vmap looped over replicas)
             factor = (self.momentum if self.momentum is not None
                       else 1.0 / self.num_batches_tracked.clamp(min=1).to(var.dtype))
             step = factor * usable.to(var.dtype)
-            self.running_mean.lerp_(mean, step)
-            self.running_var.lerp_(var * (count / (count - 1).clamp(min=1)).to(var.dtype), step)
+            unbiased = var * (count / (count - 1).clamp(min=1)).to(var.dtype)
+            self.running_mean.add_((mean - self.running_mean) * step)
+            self.running_var.add_((unbiased - self.running_var) * step)
         mean = torch.where(usable, mean, self.running_mean)
         var = torch.where(usable, var, self.running_var)
         return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
