@@ -21,6 +21,16 @@ def test_minmax_similarity_is_the_tanimoto_of_counts():
     torch.testing.assert_close(minmax_similarity(a, b), expected)
 
 
+def test_minmax_similarity_of_sparse_counts_matches_the_definition():
+    generator = torch.Generator().manual_seed(7)
+    a = torch.poisson(torch.full((9, 40), 0.1), generator=generator).double()
+    b = torch.poisson(torch.full((13, 40), 0.3), generator=generator).double()
+    a[0] = 0  # an empty molecule
+    minima = torch.minimum(a[:, None], b[None]).sum(-1)
+    maxima = torch.maximum(a[:, None], b[None]).sum(-1)
+    torch.testing.assert_close(minmax_similarity(a, b), minima / maxima.clamp_min(1e-12))
+
+
 def test_columns_come_from_the_featurizer_config_or_its_feature_names():
     recorded = {"mol_features": ["rdkit2d", "morgan"],
                 "mol_feature_columns": {"rdkit2d": [0, 174], "morgan": [174, 2222]}}
