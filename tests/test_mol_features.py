@@ -60,6 +60,19 @@ def test_rdkit2d_applies_the_recorded_spec():
     assert values.dtype == np.float32 and np.isfinite(values).all()
 
 
+@pytest.mark.parametrize("smiles",
+                         ["CC(=O)Nc1ccc(O)cc1", "O=C(O)c1ccccc1Cl", "C[N+](C)(C)CC(=O)[O-]"])
+def test_rdkit2d_raw_values_are_rdkits_own(smiles):
+    # E-state indices are computed once a molecule (force=0): the values RDKit gives one by one
+    features, functions = mf.RDKit2D(), dict(Descriptors.descList)
+    ours = [mf._safe(f, Chem.MolFromSmiles(smiles)) for f in features.functions]
+    plain = [mf._safe(functions[item["name"]], Chem.MolFromSmiles(smiles))
+             for item in features.spec]
+    assert ours == plain
+    shared = Chem.MolFromSmiles(smiles)  # all on one molecule, as RDKit2D calls them
+    assert [mf._safe(f, shared) for f in features.functions] == plain
+
+
 def test_rdkit2d_failing_descriptor_is_the_mean(monkeypatch):
     features = mf.RDKit2D()
 
