@@ -45,14 +45,17 @@ def gp_columns(featurizer: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
             if name in KERNEL_FEATURES}
 
 
-def minmax_similarity(a: Tensor, b: Tensor) -> Tensor:
+def minmax_similarity(a: Tensor, b: Tensor, rows: int = 32) -> Tensor:
     """Tanimoto similarity of non-negative count vectors ``[P, F]``, ``[Q, F]`` -> ``[P, Q]``.
 
     ``sum(min) = (|a| + |b| - |a - b|) / 2`` and ``sum(max) = |a| + |b| - sum(min)``: one L1
     distance matrix instead of a ``[P, Q, F]`` tensor, over the columns where both sides have
-    a nonzero count (elsewhere every minimum is 0): about 200 of 2,048 Morgan bits for a batch
-    of 64 molecules, 10x faster than over all of them. Two empty vectors are identical (1).
+    a nonzero count (elsewhere every minimum is 0), ``rows`` of ``a`` at a time: a few hundred of
+    2,048 Morgan bits, 3-10x faster than all of them. Two empty vectors are
+    identical (1).
     """
+    if len(a) > rows:
+        return torch.cat([minmax_similarity(part, b, rows) for part in a.split(rows)])
     shared = (a > 0).any(0) & (b > 0).any(0)
     a_shared, b_shared = a[:, shared], b[:, shared]
     minima = (a_shared.sum(1, keepdim=True) + b_shared.sum(1)[None]

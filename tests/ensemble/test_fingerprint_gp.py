@@ -29,6 +29,7 @@ def test_minmax_similarity_of_sparse_counts_matches_the_definition():
     minima = torch.minimum(a[:, None], b[None]).sum(-1)
     maxima = torch.maximum(a[:, None], b[None]).sum(-1)
     torch.testing.assert_close(minmax_similarity(a, b), minima / maxima.clamp_min(1e-12))
+    torch.testing.assert_close(minmax_similarity(a, b, rows=4), minmax_similarity(a, b))
 
 
 def test_columns_come_from_the_featurizer_config_or_its_feature_names():
