@@ -269,3 +269,17 @@ def test_chunked_stream_with_worker_processes_keeps_order_and_flags(tmp_path, ck
     assert frame["error"].tolist() == expected["error"].tolist()
     got = pd.to_numeric(frame["penalized_logp"]).to_numpy()
     np.testing.assert_allclose(got, expected["penalized_logp"], atol=1e-5)
+
+
+@pytest.mark.parametrize(("cores", "features", "expected"), [
+    (2, ["rdkit2d", "morgan"], 2), (2, ["rdkit2d_fast"], 2), (2, ["morgan"], 1), (2, None, 1),
+    (1, None, 0), (1, ["rdkit2d"], 1), (16, ["rdkit2d"], 4), (16, None, 4)])
+def test_default_workers_follow_where_the_time_goes(monkeypatch, cores, features, expected):
+    # descriptors make featurizing most of the work: every core featurizes; otherwise the model
+    # in the main process keeps one
+    from graphormer_sepnorm.prediction import engine
+
+    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: set(range(cores)),
+                        raising=False)
+    featurizer = None if features is None else {"name": "ogb", "mol_features": features}
+    assert engine.default_num_workers(featurizer) == expected

@@ -132,7 +132,8 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
         strict: Stop at the first row that cannot be predicted, writing nothing.
         embeddings: Also write the graph-token embeddings ``[rows, D]`` (NaN rows when flagged).
         progress: Progress bar on stderr; default: when stderr is a terminal.
-        num_workers: Featurization processes; default: one per core beyond the first.
+        num_workers: Featurization processes; default: one per core (at most 4), beyond the
+            first when the model has no RDKit descriptors to compute (:func:`default_num_workers`).
         chunk_size: Rows read, featurized and written at a time.
 
     Raises:
@@ -149,7 +150,8 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
     _check_output(output, embeddings, overwrite, source)
     module, blend = load_with_blend(checkpoint, map_location="cpu")
     column, chunks = read_chunks(source, smiles_column, chunk_size)
-    workers = default_num_workers() if num_workers is None else num_workers
+    workers = (default_num_workers(module.dataset_info.get("featurizer"))
+               if num_workers is None else num_workers)
     _share_cores(torch.device(device), workers)
     summary = Summary(output=output)
     show = sys.stderr.isatty() if progress is None else progress
