@@ -27,8 +27,6 @@ import torch
 
 from graphormer_sepnorm.chem.featurizers import ZincFeaturizer
 from graphormer_sepnorm.nn import GraphormerConfig
-from graphormer_sepnorm.prediction.checkpoints import load_checkpoint
-from graphormer_sepnorm.prediction.engine import default_num_workers
 from graphormer_sepnorm.prediction.runner import predict_file
 from graphormer_sepnorm.training.module import GraphormerModule
 
@@ -87,14 +85,12 @@ def main() -> None:
         folder = Path(tmp)
         checkpoint = args.checkpoint or str(slim_zinc_checkpoint(folder / "slim.ckpt"))
         rows = head(args.smiles, args.limit, folder / "input.smi")
-        workers = (default_num_workers(load_checkpoint(checkpoint).dataset_info.get("featurizer"))
-                   if args.workers is None else args.workers)
         started = time.perf_counter()
         cpu_main, cpu_workers = cpu_seconds(resource.RUSAGE_SELF), cpu_seconds(
             resource.RUSAGE_CHILDREN)
         summary = predict_file(folder / "input.smi", folder / "out.csv", checkpoint,
                                batch_size=args.batch_size, progress=False,
-                               num_workers=workers, chunk_size=args.chunk_size)
+                               num_workers=args.workers, chunk_size=args.chunk_size)
         seconds = time.perf_counter() - started
         cpu_main = cpu_seconds(resource.RUSAGE_SELF) - cpu_main
         cpu_workers = cpu_seconds(resource.RUSAGE_CHILDREN) - cpu_workers
@@ -105,7 +101,7 @@ def main() -> None:
         "cpu_s_main": round(cpu_main, 1), "cpu_s_workers": round(cpu_workers, 1),
         "peak_rss_main_mib": round(peak_rss_mib(resource.RUSAGE_SELF), 1),
         "peak_rss_worker_mib": round(peak_rss_mib(resource.RUSAGE_CHILDREN), 1),
-        "workers": workers,
+        "workers": summary.workers,
         "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size,
         "checkpoint": args.checkpoint or "fresh Graphormer-slim ZINC",
     }

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from graphormer_sepnorm.chem.featurizers import featurizer_from_config
+from graphormer_sepnorm.chem.layout import DESCRIPTOR_FEATURES
 from graphormer_sepnorm.data import GraphormerBatch, GraphormerCollator
 from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.ensemble.calibration import Z90
@@ -217,6 +218,5 @@ def default_num_workers(featurizer: dict[str, Any] | None = None) -> int:
         featurizer: the checkpoint's featurizer config (``dataset_info['featurizer']``).
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    features = (featurizer or {}).get("mol_features") or []
-    heavy = any(str(name).startswith("rdkit2d") for name in features)
+    heavy = bool(set((featurizer or {}).get("mol_features") or []) & set(DESCRIPTOR_FEATURES))
     return max(0, min(4, (cores or 1) - (0 if heavy else 1)))

@@ -32,13 +32,14 @@ class StrictError(ValueError):
 
 @dataclass
 class Summary:
-    """Counts of a finished (or stopped) run."""
+    """Counts of a finished (or stopped) run, and the featurization processes it used."""
 
     rows: int = 0
     predicted: int = 0
     flagged: int = 0
     seconds: float = 0.0
     output: Path | None = None
+    workers: int = 0
 
     def add(self, errors: list[str]) -> None:
         """Counts rows written, with their errors (``''`` when predicted)."""
@@ -153,7 +154,7 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
     workers = (default_num_workers(module.dataset_info.get("featurizer"))
                if num_workers is None else num_workers)
     _share_cores(torch.device(device), workers)
-    summary = Summary(output=output)
+    summary = Summary(output=output, workers=workers)
     show = sys.stderr.isatty() if progress is None else progress
     with Predictor(module, batch_size, device, workers, blend=blend) as predictor, \
             ExitStack() as stack:
