@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from rdkit import Chem
-from rdkit.Chem import Descriptors
+from rdkit.Chem import QED, Descriptors
 
 from graphormer_sepnorm.chem import mol_features as mf
 from graphormer_sepnorm.chem.featurizers import (
@@ -71,6 +71,32 @@ def test_rdkit2d_raw_values_are_rdkits_own(smiles):
     assert ours == plain
     shared = Chem.MolFromSmiles(smiles)  # all on one molecule, as RDKit2D calls them
     assert [mf._safe(f, shared) for f in features.functions] == plain
+
+
+ODD_MOLECULES = ["CC(=O)Nc1ccc(O)cc1", "C[N+](C)(C)CC(=O)[O-]", "[2H]C([2H])([2H])c1ccccc1",
+                 "O=[N+]([O-])c1ccc2[nH]c3ccccc3c2c1", "C1CC2CCC1CC2", "N#CC(=O)Cl", "[Na+].[Cl-]",
+                 "OC1=C(O)C=C2C(=C1)OC3=CC(=O)C(=CC3=C2C4=CC=CC=C4)O"]
+
+
+@pytest.mark.parametrize("smiles", ODD_MOLECULES)
+def test_rdkit2d_is_rdkits_functions_one_by_one(smiles):
+    # QED takes five descriptors RDKit2D already computed: still RDKit's qed, to the last bit
+    features, functions = mf.RDKit2D(), dict(Descriptors.descList)
+    for mol in (Chem.MolFromSmiles(smiles), Chem.AddHs(Chem.MolFromSmiles(smiles))):
+        plain = np.array([mf._safe(functions[item["name"]], Chem.Mol(mol))
+                          for item in features.spec])
+        expected = np.nan_to_num(features.transform(plain), nan=0.0).astype(np.float32)
+        np.testing.assert_array_equal(features(mol), expected)
+
+
+@pytest.mark.parametrize("smiles", ODD_MOLECULES)
+def test_qed_from_descriptors_is_rdkits_qed(smiles):
+    mol = Chem.MolFromSmiles(smiles)
+    reused = [Descriptors.MolWt(mol), Descriptors.MolLogP(mol), Descriptors.NumHDonors(mol),
+              Descriptors.TPSA(mol), Descriptors.NumRotatableBonds(mol)]
+    assert mf.qed_from_descriptors(mol, reused) == QED.qed(mol)
+    with_h = Chem.AddHs(mol)  # explicit hydrogens: RDKit's own qed runs (same value)
+    assert mf.qed_from_descriptors(with_h, [math.nan] * 5) == QED.qed(with_h)
 
 
 def test_rdkit2d_failing_descriptor_is_the_mean(monkeypatch):

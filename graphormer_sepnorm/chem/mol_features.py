@@ -26,13 +26,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 from rdkit import Chem
-from rdkit.Chem import Descriptors, rdFingerprintGenerator
+from rdkit.Chem import QED, Descriptors, rdFingerprintGenerator
 
 from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
            "RDKit2D", "RDKit2DFast", "apply_transform", "build_mol_features", "descriptor_spec",
-           "transform_descriptors"]
+           "qed_from_descriptors", "transform_descriptors"]
 
 
 def apply_transform(x: np.ndarray, kind: str) -> np.ndarray:
@@ -128,11 +128,46 @@ class RDKit2D(MolFeatures):
                           for item in self.spec]
         self.transform = DescriptorTransform(self.spec)
         self.dim = len(self.spec)
+        names = [item["name"] for item in self.spec]
+        # QED's properties repeat five of the descriptors (Crippen logP among them, a quarter
+        # of QED's time): computed after them, it takes theirs (qed_from_descriptors)
+        self._qed_at = names.index("qed") if {"qed", *QED_REUSED} <= set(names) else None
+        if self._qed_at is not None:
+            self._reused = [names.index(name) for name in QED_REUSED]
 
     def __call__(self, mol: Chem.Mol) -> np.ndarray:
         """``[174]`` float32 standardized descriptors."""
-        raw = np.array([_safe(function, mol) for function in self.functions])
+        raw = np.array([math.nan if k == self._qed_at else _safe(function, mol)
+                        for k, function in enumerate(self.functions)])
+        if self._qed_at is not None:
+            raw[self._qed_at] = _safe(functools.partial(
+                qed_from_descriptors, reused=raw[self._reused].tolist()), mol)
         return np.nan_to_num(self.transform(raw), nan=0.0).astype(np.float32)
+
+
+#: The descriptors whose values QED's properties repeat, in ``QEDproperties``' order.
+QED_REUSED = ("MolWt", "MolLogP", "NumHDonors", "TPSA", "NumRotatableBonds")
+
+
+def qed_from_descriptors(mol: Chem.Mol, reused: Sequence[float]) -> float:
+    """RDKit's ``QED.qed(mol)``, with the :data:`QED_REUSED` values already computed.
+
+    The same number: RDKit's QED computes these five with the same functions on the molecule
+    without explicit hydrogens, which a molecule with none of them is (else, or when one is
+    NaN, RDKit's own ``qed`` runs). The rest of QED's properties (acceptors, aromatic rings,
+    structural alerts) as RDKit's ``QED.properties`` computes them.
+    """
+    if any(math.isnan(v) for v in reused) or any(a.GetAtomicNum() == 1 for a in mol.GetAtoms()):
+        return QED.qed(mol)
+    weight, logp, donors, psa, rotatable = reused
+    properties = QED.QEDproperties(
+        MW=weight, ALOGP=logp,
+        HBA=sum(len(mol.GetSubstructMatches(pattern)) for pattern in QED.Acceptors
+                if mol.HasSubstructMatch(pattern)),
+        HBD=int(donors), PSA=psa, ROTB=int(rotatable),
+        AROM=len(Chem.GetSSSR(Chem.DeleteSubstructs(Chem.Mol(mol), QED.AliphaticRings))),
+        ALERTS=sum(1 for alert in QED.StructuralAlerts if mol.HasSubstructMatch(alert)))
+    return QED.qed(mol, qedProperties=properties)
 
 
 def _safe(function: Any, mol: Chem.Mol) -> float:
