@@ -31,8 +31,8 @@ from rdkit.Chem import QED, Descriptors, rdFingerprintGenerator
 from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
-           "RDKit2D", "RDKit2DFast", "apply_transform", "build_mol_features", "descriptor_spec",
-           "qed_from_descriptors", "transform_descriptors"]
+           "RDKit2D", "RDKit2DFast", "RDKit2DLean", "apply_transform", "build_mol_features",
+           "descriptor_spec", "qed_from_descriptors", "transform_descriptors"]
 
 
 def apply_transform(x: np.ndarray, kind: str) -> np.ndarray:
@@ -213,7 +213,21 @@ class RDKit2DFast(RDKit2D):
     name = "rdkit2d_fast"
 
 
-MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "rdkit2d_fast": RDKit2DFast,
+class RDKit2DLean(RDKit2D):
+    """:class:`RDKit2D` without QED, BCUT2D, SPS, BertzCT, AvgIpc (``chem.layout.LEAN_LEFT_OUT``).
+
+    The same transforms and statistics for the 162 it keeps, about 60% of the time.
+
+    Examples:
+        >>> RDKit2DLean()(Chem.MolFromSmiles("CCO")).shape
+        (162,)
+    """
+
+    name = "rdkit2d_lean"
+
+
+MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "rdkit2d_lean": RDKit2DLean,
+                                              "rdkit2d_fast": RDKit2DFast,
                                               "morgan": MorganCounts}
 
 
