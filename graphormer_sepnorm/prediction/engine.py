@@ -208,11 +208,12 @@ class Predictor:
 def default_num_workers(featurizer: dict[str, Any] | None = None) -> int:
     """Featurization processes worth starting here, at most 4.
 
-    One per core when the checkpoint's featurizer computes RDKit descriptors (``rdkit2d``,
-    ``rdkit2d_fast``): featurizing is then most of the work (about 4.7 of 5.9 CPU ms a ZINC
-    molecule for the default small-data model) and a second worker on a 2-core machine gave
-    274 against 232 molecules/s. Otherwise one per core beyond the first, which leaves the
-    model a core (the bundled ZINC model: 2,196 molecules/s with one worker, 1,853 with two).
+    One per core when the checkpoint's featurizer computes RDKit descriptors (any of
+    ``chem.layout.DESCRIPTOR_FEATURES``): featurizing is then most of the work (all 174
+    descriptors: about 4.7 of 5.9 CPU ms a ZINC molecule, and a second worker on a 2-core
+    machine gave 274 against 232 molecules/s). Otherwise one per core beyond the first, which
+    leaves the model a core (the bundled ZINC model: 2,196 molecules/s with one worker, 1,853
+    with two).
 
     Args:
         featurizer: the checkpoint's featurizer config (``dataset_info['featurizer']``).
