@@ -99,6 +99,17 @@ def test_qed_from_descriptors_is_rdkits_qed(smiles):
     assert mf.qed_from_descriptors(with_h, [math.nan] * 5) == QED.qed(with_h)
 
 
+@pytest.mark.parametrize("smiles", [*ODD_MOLECULES, "CCO.CC", "[Na+]"])
+def test_estate_indices_are_rdkits_bit_for_bit(smiles):
+    from rdkit.Chem.EState.EState import EStateIndices
+
+    from graphormer_sepnorm.chem.rdkit_shortcuts import estate_indices
+
+    for mol in (Chem.MolFromSmiles(smiles), Chem.AddHs(Chem.MolFromSmiles(smiles))):
+        assert estate_indices(mol).tolist() == EStateIndices(Chem.Mol(mol)).tolist()
+    assert estate_indices(Chem.Mol()).shape == (0,)
+
+
 def test_rdkit2d_failing_descriptor_is_the_mean(monkeypatch):
     features = mf.RDKit2D()
 

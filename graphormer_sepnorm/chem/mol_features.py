@@ -26,9 +26,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 from rdkit import Chem
-from rdkit.Chem import QED, Descriptors, rdFingerprintGenerator
+from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
 from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
+from graphormer_sepnorm.chem.rdkit_shortcuts import QED_REUSED, estate_indices, qed_from_descriptors
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
            "RDKit2D", "RDKit2DFast", "RDKit2DLean", "apply_transform", "build_mol_features",
@@ -122,7 +123,9 @@ class RDKit2D(MolFeatures):
         self.spec = descriptor_spec(self.name)
         functions = dict(Descriptors.descList)
         # RDKit recomputes the E-state indices for each of these four (force=1) and caches them
-        # on the molecule for the VSA ones: force=0 computes them once a molecule, 7% of the time
+        # on the molecule for the VSA ones: force=0 computes them once a molecule, 7% of the
+        # time; estate_indices computes them as RDKit does, in array operations
+        self._estate = any(item["name"] in ESTATE_EXTREMES for item in self.spec)
         self.functions = [functools.partial(functions[item["name"]], force=0)
                           if item["name"] in ESTATE_EXTREMES else functions[item["name"]]
                           for item in self.spec]
@@ -137,37 +140,14 @@ class RDKit2D(MolFeatures):
 
     def __call__(self, mol: Chem.Mol) -> np.ndarray:
         """``[174]`` float32 standardized descriptors."""
+        if self._estate and not hasattr(mol, "_eStateIndices"):  # where RDKit caches them
+            mol._eStateIndices = estate_indices(mol)
         raw = np.array([math.nan if k == self._qed_at else _safe(function, mol)
                         for k, function in enumerate(self.functions)])
         if self._qed_at is not None:
             raw[self._qed_at] = _safe(functools.partial(
                 qed_from_descriptors, reused=raw[self._reused].tolist()), mol)
         return np.nan_to_num(self.transform(raw), nan=0.0).astype(np.float32)
-
-
-#: The descriptors whose values QED's properties repeat, in ``QEDproperties``' order.
-QED_REUSED = ("MolWt", "MolLogP", "NumHDonors", "TPSA", "NumRotatableBonds")
-
-
-def qed_from_descriptors(mol: Chem.Mol, reused: Sequence[float]) -> float:
-    """RDKit's ``QED.qed(mol)``, with the :data:`QED_REUSED` values already computed.
-
-    The same number: RDKit's QED computes these five with the same functions on the molecule
-    without explicit hydrogens, which a molecule with none of them is (else, or when one is
-    NaN, RDKit's own ``qed`` runs). The rest of QED's properties (acceptors, aromatic rings,
-    structural alerts) as RDKit's ``QED.properties`` computes them.
-    """
-    if any(math.isnan(v) for v in reused) or any(a.GetAtomicNum() == 1 for a in mol.GetAtoms()):
-        return QED.qed(mol)
-    weight, logp, donors, psa, rotatable = reused
-    properties = QED.QEDproperties(
-        MW=weight, ALOGP=logp,
-        HBA=sum(len(mol.GetSubstructMatches(pattern)) for pattern in QED.Acceptors
-                if mol.HasSubstructMatch(pattern)),
-        HBD=int(donors), PSA=psa, ROTB=int(rotatable),
-        AROM=len(Chem.GetSSSR(Chem.DeleteSubstructs(Chem.Mol(mol), QED.AliphaticRings))),
-        ALERTS=sum(1 for alert in QED.StructuralAlerts if mol.HasSubstructMatch(alert)))
-    return QED.qed(mol, qedProperties=properties)
 
 
 def _safe(function: Any, mol: Chem.Mol) -> float:
