@@ -32,8 +32,9 @@ from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_sp
 from graphormer_sepnorm.chem.rdkit_shortcuts import QED_REUSED, estate_indices, qed_from_descriptors
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
-           "RDKit2D", "RDKit2DFast", "RDKit2DLean", "apply_transform", "build_mol_features",
-           "descriptor_spec", "qed_from_descriptors", "transform_descriptors"]
+           "RDKit2D", "RDKit2DFast", "RDKit2DLean", "RDKit2DScreen", "apply_transform",
+           "build_mol_features", "descriptor_spec", "qed_from_descriptors",
+           "transform_descriptors"]
 
 
 def apply_transform(x: np.ndarray, kind: str) -> np.ndarray:
@@ -193,6 +194,19 @@ class RDKit2DFast(RDKit2D):
     name = "rdkit2d_fast"
 
 
+class RDKit2DScreen(RDKit2D):
+    """:class:`RDKit2D` without BCUT2D, SPS, BertzCT, AvgIpc (``chem.layout.SCREEN_LEFT_OUT``).
+
+    The same transforms and statistics for the 163 it keeps, QED among them.
+
+    Examples:
+        >>> RDKit2DScreen()(Chem.MolFromSmiles("CCO")).shape
+        (163,)
+    """
+
+    name = "rdkit2d_screen"
+
+
 class RDKit2DLean(RDKit2D):
     """:class:`RDKit2D` without QED, BCUT2D, SPS, BertzCT, AvgIpc (``chem.layout.LEAN_LEFT_OUT``).
 
@@ -206,7 +220,8 @@ class RDKit2DLean(RDKit2D):
     name = "rdkit2d_lean"
 
 
-MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "rdkit2d_lean": RDKit2DLean,
+MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "rdkit2d_screen": RDKit2DScreen,
+                                              "rdkit2d_lean": RDKit2DLean,
                                               "rdkit2d_fast": RDKit2DFast,
                                               "morgan": MorganCounts}
 
