@@ -175,6 +175,20 @@ def test_layout_without_rdkit_matches_the_generators():
         mol_feature_dim("maccs")
 
 
+@pytest.mark.parametrize("name, dim", [("rdkit2d_screen", 163), ("rdkit2d_lean", 162)])
+def test_smaller_descriptor_sets_are_rdkit2d_columns(name, dim):
+    from graphormer_sepnorm.chem.layout import LEFT_OUT, mol_feature_dim
+
+    names = [item["name"] for item in mf.descriptor_spec()]
+    assert LEFT_OUT[name] <= set(names)
+    kept = [k for k, item in enumerate(names) if item not in LEFT_OUT[name]]
+    assert mol_feature_dim(name) == len(kept) == dim
+    (features,) = mf.build_mol_features([name])
+    for smiles in ODD_MOLECULES[:4]:  # QED (kept by rdkit2d_screen) still reuses its five
+        mol = Chem.MolFromSmiles(smiles)
+        np.testing.assert_array_equal(features(mol), mf.RDKit2D()(mol)[kept])
+
+
 def test_rdkit2d_fast_is_rdkit2d_without_the_costliest_descriptors():
     from graphormer_sepnorm.chem.layout import FAST_LEFT_OUT, feature_columns, mol_feature_dim
     from graphormer_sepnorm.ensemble.fingerprint_gp import gp_columns
