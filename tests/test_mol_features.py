@@ -7,6 +7,7 @@ import pytest
 import torch
 from rdkit import Chem
 from rdkit.Chem import QED, Descriptors
+from rdkit.Chem.EState.EState import EStateIndices
 
 from graphormer_sepnorm.chem import mol_features as mf
 from graphormer_sepnorm.chem.featurizers import (
@@ -101,8 +102,6 @@ def test_qed_from_descriptors_is_rdkits_qed(smiles):
 
 @pytest.mark.parametrize("smiles", [*ODD_MOLECULES, "CCO.CC", "[Na+]"])
 def test_estate_indices_are_rdkits_bit_for_bit(smiles):
-    from rdkit.Chem.EState.EState import EStateIndices
-
     from graphormer_sepnorm.chem.rdkit_shortcuts import estate_indices
 
     for mol in (Chem.MolFromSmiles(smiles), Chem.AddHs(Chem.MolFromSmiles(smiles))):
@@ -118,6 +117,20 @@ def test_rdkit2d_failing_descriptor_is_the_mean(monkeypatch):
 
     features.functions[0] = broken
     assert features(Chem.MolFromSmiles("CCO"))[0] == 0.0
+
+
+def test_rdkit2d_without_the_array_estate_indices_gives_rdkits(monkeypatch):
+    # if the array E-state indices raise, RDKit's own run inside each descriptor's _safe
+    expected = mf.RDKit2D()(Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1"))
+
+    def broken(mol):
+        raise ValueError("no E-state")
+
+    monkeypatch.setattr(mf, "estate_indices", broken)
+    mol = Chem.MolFromSmiles("CC(=O)Nc1ccc(O)cc1")
+    np.testing.assert_array_equal(mf.RDKit2D()(mol), expected)
+    assert list(mol._eStateIndices) == list(EStateIndices(Chem.MolFromSmiles(
+        "CC(=O)Nc1ccc(O)cc1")))  # computed and cached by RDKit's force=0 call
 
 
 def test_morgan_counts_of_ethane():
