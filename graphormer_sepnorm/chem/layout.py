@@ -61,9 +61,9 @@ def descriptor_spec(name: str = "rdkit2d") -> tuple[dict[str, Any], ...]:
 
 
 def mol_feature_dim(name: str) -> int:
-    """Width of a molecule feature: ``rdkit2d`` 174, ``rdkit2d_lean`` 162, ``morgan`` 2,048.
+    """Width of a molecule feature: ``rdkit2d`` 174 (fewer for its subsets), ``morgan`` 2,048.
 
-    (``rdkit2d_fast``: 150.)
+    The subsets: ``rdkit2d_screen`` 163, ``rdkit2d_lean`` 162, ``rdkit2d_fast`` 150.
 
     Raises:
         ValueError: An unknown name.
