@@ -62,7 +62,8 @@ class BiasedMultiheadAttention(nn.Module):
         width = fused_attention.fused_head_dim(head_dim, x.device)
         if width is not None and not need_weights:
             return fused_attention.padded(self, x, bias, queries, width, dropout_p), None
-        q, k, v = self.qkv(x).view(b, length, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x.reshape(-1, dim))  # token rows (see fused_attention.padded)
+        q, k, v = qkv.view(b, length, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4)
         q, bias = q[:, :, :queries], bias[:, :, :queries].to(q.dtype)
         weights = None
         if need_weights or not self.fused:
@@ -72,4 +73,4 @@ class BiasedMultiheadAttention(nn.Module):
             weights = weights if need_weights else None
         else:
             out = fused_attention.sdpa(q, k, v, bias, dropout_p, head_dim**-0.5)
-        return self.out(out.transpose(1, 2).reshape(b, queries, dim)), weights
+        return self.out(out.transpose(1, 2).reshape(-1, dim)).view(b, queries, dim), weights

@@ -46,9 +46,8 @@ class SpatialEncoder(nn.Module):
 
     def forward(self, spd: Tensor) -> Tensor:
         """Per-head bias of each pair."""
-        bucket = torch.where(spd < 0, self.max_distance + 1,
-                             spd.long().clamp(max=self.max_distance))
-        return self.embedding(bucket)
+        far = self.max_distance
+        return self.embedding(torch.where(spd < 0, far + 1, spd.long().clamp(max=far)))
 
 
 class EdgePathEncoder(nn.Module):

@@ -45,8 +45,12 @@ def padded(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor, queries
     """
     b, length, dim = x.shape
     heads, head_dim = attention.num_heads, dim // attention.num_heads
-    qkv = attention.qkv(x).view(b, length, 3, heads, head_dim)
+    # Linear layers take token rows [B * L, D]: under vmap a [B, L, D] input whose replica
+    # dimension is not the leading one made matmul copy the weight for every molecule
+    # ([R, B, D, 3D]) and sum a weight gradient per molecule in the backward.
+    qkv = attention.qkv(x.reshape(-1, dim)).view(b, length, 3, heads, head_dim)
     q, k, v = F.pad(qkv, (0, width - head_dim)).permute(2, 0, 3, 1, 4)  # [B, H, L, width]
     out = sdpa(q[:, :, :queries], k, v, bias[:, :, :queries].to(q.dtype), dropout_p,
                head_dim**-0.5)
-    return attention.out(out[..., :head_dim].transpose(1, 2).reshape(b, queries, dim))
+    rows = out[..., :head_dim].transpose(1, 2).reshape(b * queries, dim)
+    return attention.out(rows).view(b, queries, dim)

@@ -13,7 +13,7 @@ class GraphormerLayer(nn.Module):
 
     The norms are built by the caller (a :class:`~graphormer_sepnorm.nn.sepnorm.SepNorm` or
     :class:`~graphormer_sepnorm.nn.sepnorm.ShareNorm`); both take ``(x, node_mask)``. Dropout
-    applies to each block's output before the residual sum.
+    applies to each block's output before the residual sum; linear layers take token rows.
 
     Args:
         dim: model size ``D``.
@@ -63,5 +63,5 @@ class GraphormerLayer(nn.Module):
         if graph_token_only:
             x, node_mask = x[:, :1], node_mask[:, :0]
         x = x + self.dropout(attended)
-        x = x + self.dropout(self.ffn(self.ffn_norm(x, node_mask)))
+        x = x + self.dropout(self.ffn(self.ffn_norm(x, node_mask).flatten(0, -2)).view_as(x))
         return x, weights

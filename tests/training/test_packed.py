@@ -13,6 +13,7 @@ import pytest
 import torch
 from data.test_grid import mixed_graphs
 from nn.test_backends import model_pair
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.training.flat_adamw import FlatAdamW
@@ -129,6 +130,40 @@ def test_packed_step_needs_no_per_replica_loop(options) -> None:
     assert out.shape == (2, 5, 2) and evaluated.shape == (2, 10, 2)
     grads = dict(zip(packed.names, packed.flat.grad.split(packed.sizes, 1), strict=True))
     assert grads["atom_encoder.weight"].abs().sum() > 0  # through the gathered sums
+
+
+class _MatmulShapes(TorchDispatchMode):
+    """Records the batch size and the last two dims of each ``bmm``'s operands and result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.bmm.default:
+            self.seen.append((args[0].shape[0], tuple(args[1].shape[-2:]),
+                              tuple(out.shape[-2:])))
+        return out
+
+
+def test_packed_linear_layers_are_one_product_per_replica() -> None:
+    """Each linear layer is one ``[R, T, D_in] @ [R, D_in, D_out]`` product, each way.
+
+    Not one per molecule (``R * B``), as vmap's matmul made it for a ``[B, L, D]`` input whose
+    replica dimension was not the leading one: a copy of the weight per molecule forward, a
+    weight gradient per molecule backward.
+    """
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5)  # hidden 16, ffn 24
+    packed = PackedReplicas([model, model]).train()
+    widths = {16, 24, 48}
+    with _MatmulShapes() as shapes:
+        packed(store.batch(torch.arange(10).view(2, 5), 32)).sum().backward()
+    weight_shaped = [(batch, right, out) for batch, right, out in shapes.seen
+                     if set(right) <= widths or set(out) <= widths]
+    assert len(weight_shaped) >= 3 * 4 * 3  # 3 layers x 4 linears x (forward + 2 backward)
+    assert {batch for batch, _, _ in weight_shaped} == {2}, weight_shaped
 
 
 @pytest.mark.parametrize("clip", [("norm", 1.0), ("value", 0.05), (None, None)])
