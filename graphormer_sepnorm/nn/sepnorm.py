@@ -200,9 +200,9 @@ class SepNorm(nn.Module):
             atoms_out = self.tok_norm(x, atoms)
         else:
             atoms_out = self.tok_norm(x)
-        # position 0 of the token norm's output replaced, out of place (fused with the norm)
+        # fused with the norm; padded, not broadcast: its gradient is a slice, not a sum over L
         return torch.where(torch.arange(x.shape[1], device=x.device)[:, None] == 0,
-                           graph_token, atoms_out)
+                           F.pad(graph_token, (0, 0, 0, x.shape[1] - 1)), atoms_out)
 
 
 class ShareNorm(LayerNorm):
