@@ -22,6 +22,7 @@ Two instruments, each with its limits written next to it:
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -31,9 +32,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 #: H100 SXM figures the bounds use: HBM bandwidth, a kernel launch without and with CUDA
-#: graphs, dense bf16 tensor-core FLOP/s.
+#: graphs, dense bf16 tensor-core FLOP/s, and the L2 bytes the reuse estimate lets a buffer stay
+#: in (40 of its 50 MB: two partitions, other traffic).
 H100 = {"bytes_per_s": 3.0e12, "launch_s": 4e-6, "graphed_launch_s": 1.5e-6,
-        "flops_per_s": 800e12}
+        "flops_per_s": 800e12, "l2_bytes": 40e6}
 _GRAPH = "roofline::graph"
 #: aten calls that launch no kernel on a GPU (views, allocations, metadata).
 NO_KERNEL = {
@@ -65,6 +67,8 @@ class GraphRecord:
     externs: int
     bytes: int
     flops: int
+    #: ``bytes`` less the reads that would hit L2 (see :func:`hbm_bytes`)
+    hbm_bytes: int = 0
     calls: int = 0
     #: the scheduled nodes' ``(bytes, what they compute)``, largest first (at most 40)
     largest: list[tuple[int, str]] = field(default_factory=list)
@@ -121,9 +125,8 @@ def _record(lowering: Any, index: int) -> GraphRecord:
 
     kernels = externs = size = flops = 0
     largest = []
-    for node in lowering.scheduler.nodes:
-        if isinstance(node, NopKernelSchedulerNode):
-            continue
+    nodes = [n for n in lowering.scheduler.nodes if not isinstance(n, NopKernelSchedulerNode)]
+    for node in nodes:
         node_bytes = node.get_read_write_buffers_sizes()
         size += node_bytes
         largest.append((node_bytes, _describe(node)))
@@ -135,7 +138,33 @@ def _record(lowering: Any, index: int) -> GraphRecord:
     kind = "backward" if "tangents_1" in {n.name for n in lowering.module.graph.nodes} else \
         "forward"
     largest.sort(key=lambda item: -item[0])
-    return GraphRecord(f"{index}:{kind}", kernels, externs, size, flops, largest=largest[:40])
+    return GraphRecord(f"{index}:{kind}", kernels, externs, size, flops,
+                       hbm_bytes(nodes, int(H100["l2_bytes"])), largest=largest[:40])
+
+
+def hbm_bytes(nodes: list[Any], capacity: int) -> int:
+    """The bytes ``nodes`` (in order) move to and from HBM if recent buffers stay in L2.
+
+    A read of a buffer that one of the last kernels touched, within ``capacity`` bytes of
+    buffers touched since (least recently used first out), is an L2 hit; every other read and
+    every write goes to HBM. Per compiled graph: its inputs (a backward's saved activations
+    too) start out of cache. Optimistic where L2 evicts earlier than this, pessimistic where
+    writes of short-lived buffers never leave L2.
+    """
+    recent: OrderedDict[str, int] = OrderedDict()
+    total = 0
+    for node in nodes:
+        reads = node.get_read_write_buffer_accesses(include_reads=True, include_writes=False)
+        writes = node.get_read_write_buffer_accesses(include_reads=False, include_writes=True)
+        total += sum(size for name, size in reads.items() if name not in recent)
+        total += sum(writes.values())
+        for name, size in [*reads.items(), *writes.items()]:
+            recent.pop(name, None)
+            recent[name] = size
+        held = sum(recent.values())
+        while held > capacity:
+            held -= recent.popitem(last=False)[1]
+    return total
 
 
 def _describe(node: Any) -> str:

@@ -21,6 +21,30 @@ def test_gpu_roofline_smoke_run_prints_the_summary_line(capsys):
         assert row["recompiles"] == 0  # the second step runs what the first compiled
         step_ms = max(row["launches_ms"], row["bytes_ms"], row["flops_ms"])
         assert row["model_steps_per_s"] == pytest.approx(2 / step_ms * 1e3, rel=1e-12)
+        assert 0 < row["hbm_bytes"] <= row["bytes"]  # L2 reuse only removes reads
+        assert row["l2_model_steps_per_s"] >= row["model_steps_per_s"]
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert re.fullmatch(r"gpu_roofline launches_k2=\d+ launches_k8=n/a table_min=[\d.]+ "
-                        r"molhiv_min=[\d.]+", last), last
+                        r"molhiv_min=[\d.]+ table_min_l2=[\d.]+ molhiv_min_l2=[\d.]+", last), last
+
+
+class _Node:
+    """A scheduled kernel as hbm_bytes reads it: the buffers it reads and writes, in bytes."""
+
+    def __init__(self, reads: dict[str, int], writes: dict[str, int]) -> None:
+        self.reads, self.writes = reads, writes
+
+    def get_read_write_buffer_accesses(self, include_reads: bool, include_writes: bool):
+        return {**(self.reads if include_reads else {}), **(self.writes if include_writes else {})}
+
+
+def test_hbm_bytes_lets_recent_buffers_hit_l2():
+    from _roofline import hbm_bytes
+
+    nodes = [_Node({"input": 10}, {"a": 10}),  # input from HBM, a written
+             _Node({"a": 10}, {"b": 10}),  # a just written: a hit
+             _Node({"input": 10, "b": 10}, {"c": 10})]  # input and b touched recently
+    assert hbm_bytes(nodes, capacity=100) == 10 + 10 + 10 + 10
+    # room for one buffer: a is still there for the second kernel, input is not for the third
+    assert hbm_bytes(nodes, capacity=10) == 10 + 10 + 10 + 10 + 10
+    assert hbm_bytes(nodes, capacity=0) == 10 + 10 + 10 + 10 + 10 + 10 + 10
