@@ -14,6 +14,11 @@ of the three (the binding bound), which gives model-steps/s and the minutes of t
 each at the rate of its packed step. Beside the step, one batch of the graph-token statistics
 pass (``stats``) and of validation (``val``), as launches and host synchronizations.
 
+A step's cost depends on its padded length, and random steps take several (MolHIV's batches of
+128 pad to 56 to 224 atoms; K packed replicas' batches pad together, to their largest): each
+length that at least ``--min-share`` of 1,000 random steps take is compiled and counted
+afresh, and the path's figures are share-weighted (``--one-length``: one random step's).
+
 Beside that bound, the same with L2 reuse (``_roofline.hbm_bytes``: a read of a buffer touched
 within the last 40 MB of buffers hits the H100's 50 MB L2): the step takes at least the
 largest of launches, those HBM bytes and FLOPs. The two bracket what a GPU should measure.
@@ -85,15 +90,58 @@ def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple
 
 
 def batches(store: GridGraphs, batch_size: int, replicas: int | None,
-            gen: np.random.Generator) -> Callable[[], Any]:
+            gen: np.random.Generator, length: int | None = None) -> Callable[[], Any]:
     """A random training batch (``[R, B]`` for packed replicas), padded as the engine pads.
 
-    Returns the gather that makes it (``DeviceBatches`` runs it at each step, eagerly).
+    With ``length``, the first random batch that pads to it. Returns the gather that makes it
+    (``DeviceBatches`` runs it at each step, eagerly).
     """
-    rows = [gen.choice(len(store), batch_size, replace=False) for _ in range(replicas or 1)]
-    index = np.stack(rows) if replicas else rows[0]
-    length = store.length_for(index.reshape(-1))
-    return lambda: store.batch(torch.from_numpy(index), length)
+    for _ in range(100_000):
+        rows = [gen.choice(len(store), batch_size, replace=False) for _ in range(replicas or 1)]
+        index = np.stack(rows) if replicas else rows[0]
+        padded = store.length_for(index.reshape(-1))
+        if length in (None, padded):
+            return lambda: store.batch(torch.from_numpy(index), padded)
+    raise ValueError(f"no random batch of {batch_size} pads to {length}")
+
+
+def length_mix(store: GridGraphs, batch_size: int, replicas: int, min_share: float,
+               draws: int = 1000) -> dict[int, float]:
+    """The padded lengths of random steps (``replicas`` batches padded together), by share.
+
+    Lengths under ``min_share`` of the draws are left out, the others' shares renormalized.
+    """
+    gen = np.random.default_rng(1)
+    lengths = [store.length_for(np.concatenate([
+        gen.choice(len(store), batch_size, replace=False) for _ in range(replicas)]))
+        for _ in range(draws)]
+    values, counts = np.unique(lengths, return_counts=True)
+    kept = {int(v): c for v, c in zip(values, counts, strict=True) if c >= min_share * draws}
+    kept = kept or {int(values[counts.argmax()]): 1}
+    return {v: float(c / sum(kept.values())) for v, c in kept.items()}
+
+
+def combined(parts: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
+    """One path's row over the padded lengths its steps take (``(share, row)`` each).
+
+    Per-step figures are share-weighted means, the tables' minutes share-weighted sums (each
+    step at its length's rate); the rest (statistics, validation, ``largest``) is the most
+    common length's.
+    """
+    if len(parts) == 1:
+        return parts[0][1]
+    common = max(parts, key=lambda part: part[0])[1]
+    row = dict(common, length="mix", lengths={r["length"]: share for share, r in parts},
+               recompiles=sum(r["recompiles"] for _, r in parts))
+    for key in ("launches", "graph_launches", "eager_launches", "bytes", "hbm_bytes", "flops",
+                "syncs", "launches_ms", "bytes_ms", "flops_ms", "table_min", "l2_table_min"):
+        row[key] = sum(share * r[key] for share, r in parts)
+    for key in ("launches", "graph_launches", "eager_launches", "syncs"):
+        row[key] = round(row[key])
+    steps = TABLES[row["dataset"]]
+    row["model_steps_per_s"] = steps / row["table_min"] / 60
+    row["l2_model_steps_per_s"] = steps / row["l2_table_min"] / 60
+    return row
 
 
 def training_step(module: Any, optimizer: Any, schedule: Any, gather: Callable[[], Any]) -> Any:
@@ -110,15 +158,20 @@ def training_step(module: Any, optimizer: Any, schedule: Any, gather: Callable[[
     return batch
 
 
+def batch_size_of(name: str, args: argparse.Namespace) -> int:
+    """The dataset's training batch size, scaled by ``--batch-scale``."""
+    return max(2, round(DATASETS[name][0] * args.batch_scale))
+
+
 def measure(name: str, store: GridGraphs, seeds: list[int] | None,
-            args: argparse.Namespace) -> dict[str, Any]:
-    """One path's counts and bounds (a fresh compile)."""
-    batch_size = max(2, round(DATASETS[name][0] * args.batch_scale))
+            args: argparse.Namespace, length: int | None = None) -> dict[str, Any]:
+    """One path's counts and bounds at one padded length (a fresh compile)."""
+    batch_size = batch_size_of(name, args)
     gen = np.random.default_rng(0)
     with (InductorRecorder(cuda_fusion=not args.cpu_fusion) as recorder, cuda_autocast(),
           cuda_attention()):
         module, optimizer, schedule = build(name, seeds, args)
-        gather = batches(store, batch_size, len(seeds) if seeds else None, gen)
+        gather = batches(store, batch_size, len(seeds) if seeds else None, gen, length)
         with cuda_gather():  # the step's gather; the model's construction gathers eagerly
             counts = _counted(recorder, lambda: training_step(module, optimizer, schedule,
                                                               gather))
@@ -197,6 +250,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         help="torch.compile mode (default: the gpu_fast preset's)")
     parser.add_argument("--top", type=int, default=0,
                         help="also print the N scheduled kernels of a step moving most bytes")
+    parser.add_argument("--one-length", action="store_true",
+                        help="one random batch's padded length, not the mix of lengths")
+    parser.add_argument("--min-share", type=float, default=0.02,
+                        help="padded lengths taken by fewer steps are left out (default 0.02)")
     parser.add_argument("--cpu-fusion", action="store_true",
                         help="fuse with inductor's CPU rules instead of its CUDA rules")
     args = parser.parse_args(argv)
@@ -209,7 +266,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         store = GridGraphs(graphs, multi_hop_max_dist=HOPS[name])
         paths = [] if args.no_engine else [None]
         for seeds in [*paths, *[list(range(k)) for k in args.k]]:
-            rows.append(measure(name, store, seeds, args))
+            mix = {None: 1.0} if args.one_length else length_mix(
+                store, batch_size_of(name, args), len(seeds or [0]), args.min_share)
+            parts = []
+            for length, share in mix.items():
+                parts.append((share, measure(name, store, seeds, args, length)))
+                if len(mix) > 1:
+                    print(f"  {share:6.1%} of steps:", end=" ")
+                    print_row(parts[-1][1])
+            rows.append(combined(parts))
             print_row(rows[-1])
             for size, what in rows[-1]["largest"][:args.top]:
                 print(f"    {size / 1e6:9.1f} MB  {what}", flush=True)
@@ -220,7 +285,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 def print_row(row: dict[str, Any]) -> None:
     """One line per path."""
     stats, val = row["stats"], row["val"]
-    print(f"{row['dataset']:12s} {row['path']:9s} L={row['length']:3d} launches "
+    print(f"{row['dataset']:12s} {row['path']:9s} L={row['length']!s:>3s} launches "
           f"{row['launches']:5d} (graphs {row['graph_launches']}, eager {row['eager_launches']})"
           f" {row['bytes'] / 1e9:7.2f} GB {row['flops'] / 1e9:8.1f} GFLOP syncs {row['syncs']}"
           f" | bounds ms: launches {row['launches_ms']:.3f} bytes {row['bytes_ms']:.3f} flops "
