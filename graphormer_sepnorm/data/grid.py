@@ -46,13 +46,16 @@ def _drop_dynamic_size_marks(*tensors: Tensor | None) -> None:
     the next compiled function takes their sizes as symbolic: the compiled training step got a
     symbolic length and batch size from its first compile and fused worse (dropout masks drawn
     apart from their use). Without the stamp it compiles for the length it sees; dynamo's
-    automatic dynamic shapes still take over if other lengths follow.
+    automatic dynamic shapes still take over if other lengths follow. Dropped under both names
+    dynamo reads as "weakly dynamic" (the propagated stamp and ``maybe_mark_dynamic``'s mark):
+    nothing else marks these fresh tensors.
     """
     if torch.compiler.is_compiling():  # traced inside a compiled step: no graph boundary
         return
     for t in tensors:
         if t is not None:
-            t.__dict__.pop("_dynamo_propagated_dynamic_indices", None)
+            for mark in ("_dynamo_propagated_dynamic_indices", "_dynamo_weak_dynamic_indices"):
+                t.__dict__.pop(mark, None)
 
 
 class GridGraphs:
