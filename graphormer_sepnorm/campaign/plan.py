@@ -8,10 +8,11 @@ Keys given under ``defaults`` apply to every run that does not set them::
     defaults: {presets: [configs/presets/gpu_fast.yaml], packed: true}
     runs:
       - {dataset: molhiv, config: configs/molhiv.yaml, seeds: [0, 1, 2, 3]}
-      - {dataset: zinc, config: configs/zinc.yaml, seeds: [0], packed: false}
+      - {dataset: zinc, config: configs/zinc.yaml, seeds: [0]}
 
-A run expands into :class:`Job` s in order: for each norm, one packed job of all seeds; or,
-unpacked, for each seed (outermost, so a campaign cut short holds both norms of its first
+A run expands into :class:`Job` s in order: for each norm, one packed job of all seeds (one
+seed too: a fit of one packed replica, whose compiled step, optimizer included, is one graph);
+or, unpacked, for each seed (outermost, so a campaign cut short holds both norms of its first
 seeds) each norm. Paths are relative to the directory the campaign runs in (the repository).
 """
 
@@ -45,6 +46,7 @@ class Job:
         args: further ``graphormer-sepnorm`` arguments (last, so they win).
         run_first_seed: the first seed of the plan's run this job belongs to (whose best
             model a plan with ``keep_best: first`` keeps).
+        pack: fit the seeds as packed replicas even when there is one (several always are).
     """
 
     dataset: str
@@ -53,11 +55,12 @@ class Job:
     configs: tuple[str, ...]
     args: tuple[str, ...] = ()
     run_first_seed: int = 0
+    pack: bool = False
 
     @property
     def packed(self) -> bool:
-        """Whether the seeds train together (``--model.seeds``)."""
-        return len(self.seeds) > 1
+        """Whether the seeds train as packed replicas (``--model.seeds``)."""
+        return self.pack or len(self.seeds) > 1
 
     @property
     def name(self) -> str:
@@ -77,7 +80,7 @@ class Job:
         seeds = list(self.seeds) if seed is None else [seed]
         out += ["--seed_everything", str(seeds[0]), "--data.init_args.seed", str(seeds[0]),
                 "--model.config.sepnorm", NORMS[self.norm]]
-        if len(seeds) > 1:
+        if seed is None and self.packed:
             out += ["--model.seeds", "[" + ", ".join(map(str, seeds)) + "]"]
         return out + list(self.args)
 
@@ -106,7 +109,7 @@ def _expand(run: dict[str, Any]) -> list[Job]:
     args = tuple(map(str, run["args"]))
     seeds = [int(s) for s in run["seeds"]]
     if run["packed"]:
-        return [Job(run["dataset"], norm, tuple(seeds), configs, args, seeds[0])
+        return [Job(run["dataset"], norm, tuple(seeds), configs, args, seeds[0], pack=True)
                 for norm in run["norms"]]
     return [Job(run["dataset"], norm, (seed,), configs, args, seeds[0])
             for seed in seeds for norm in run["norms"]]

@@ -51,7 +51,8 @@ def test_shipped_plans_load():
     assert names[:2] == ["molhiv-sepnorm-seeds0-1-2-3", "molhiv-sharenorm-seeds0-1-2-3"]
     assert names[2:4] == ["zinc_subset-sepnorm-seeds0-1-2-3",
                           "zinc_subset-sharenorm-seeds0-1-2-3"]
-    assert names[4:] == ["zinc-sepnorm-seed0", "zinc-sharenorm-seed0"]
+    assert names[4:] == ["zinc-sepnorm-seeds0", "zinc-sharenorm-seeds0"]  # one packed replica
+    assert table.jobs[4].recipe()[-2:] == ["--model.seeds", "[0]"]
     grid = load_plan(REPO / "campaigns" / "cpu_grid.yaml")
     assert len(grid.jobs) == 18 and not any(j.packed for j in grid.jobs)
     for job in (*table.jobs, *grid.jobs):
@@ -61,3 +62,7 @@ def test_shipped_plans_load():
 def test_job_names_say_packed_or_not():
     assert Job("d", "sepnorm", (5,), ("c",)).name == "d-sepnorm-seed5"
     assert Job("d", "sepnorm", (5, 6), ("c",)).packed
+    one = Job("d", "sepnorm", (5,), ("c",), pack=True)  # one seed fitted as a packed replica
+    assert one.packed and one.name == "d-sepnorm-seeds5"
+    assert one.recipe()[-2:] == ["--model.seeds", "[5]"]
+    assert "--model.seeds" not in one.recipe(5)  # its test: a single model
