@@ -1,11 +1,12 @@
 r"""What resuming costs: a plan run in one campaign command against the same plan cut in many.
 
 Runs the rehearsal's plan (``tests/campaign/conftest.py``: a packed fit of two seeds, an unpacked
-one and a MolHIV one, tiny model, the GPU preset on the CPU; ``--steps`` steps each) on tiny
-prepared splits, once whole and once cut every ``--chunk`` steps, each part a new process, and
-prints: commands, chunks per job, wall seconds of each way and the overhead per resume, whether
-the results agree, and the size of a packed job's resume point at Graphormer-slim's size
-(``--slim``: K=4, MolHIV's feature dims; weights and AdamW moments, built, not trained).
+one and a one-seed packed MolHIV fit; tiny model, the GPU preset on the CPU; ``--steps`` steps
+each) on tiny prepared splits, once whole and once cut every ``--chunk`` steps, each part a new
+process, and prints: commands, chunks per job, wall seconds of each way and the overhead per
+resume, whether the results agree, and the size of a packed job's resume point at
+Graphormer-slim's size (``--slim``: K=4, MolHIV's feature dims; weights and AdamW moments,
+built, not trained).
 
     python benchmarks/campaign_resume.py --steps 30 --chunk 5
 """
