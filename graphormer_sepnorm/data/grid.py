@@ -39,25 +39,6 @@ def gathers_compiled(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def _drop_dynamic_size_marks(*tensors: Tensor | None) -> None:
-    """Lets a compiled function that takes ``tensors`` compile for their sizes.
-
-    Dynamo stamps the outputs of a graph compiled with dynamic shapes (the gathers') so that
-    the next compiled function takes their sizes as symbolic: the compiled training step got a
-    symbolic length and batch size from its first compile and fused worse (dropout masks drawn
-    apart from their use). Without the stamp it compiles for the length it sees; dynamo's
-    automatic dynamic shapes still take over if other lengths follow. Dropped under both names
-    dynamo reads as "weakly dynamic" (the propagated stamp and ``maybe_mark_dynamic``'s mark):
-    nothing else marks these fresh tensors.
-    """
-    if torch.compiler.is_compiling():  # traced inside a compiled step: no graph boundary
-        return
-    for t in tensors:
-        if t is not None:
-            for mark in ("_dynamo_propagated_dynamic_indices", "_dynamo_weak_dynamic_indices"):
-                t.__dict__.pop(mark, None)
-
-
 class GridGraphs:
     """Graphs featurized once and kept on ``device``; :meth:`batch` gathers a grid batch.
 
@@ -130,7 +111,6 @@ class GridGraphs:
         # the gathers' own outputs (no views of them leave a compiled function: dynamo would
         # fakeify a compiled model's view inputs from their bases' symbolic sizes)
         x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x = gather(index, length)
-        _drop_dynamic_size_marks(x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x)
         lead, grid_atoms, spd = index.shape[:-1], node_mask.flatten(-2), spd.flatten(-3)
         grid_pairs = self._arange(spd.shape[-1], index.device).expand(spd.shape)
         return GraphormerBatch(

@@ -182,35 +182,3 @@ def test_compiled_gather_gives_the_eager_batch(monkeypatch) -> None:
     model, _ = model_pair(torch.float32, multi_hop_max_dist=5)
     compiled_model = real_compile(model, backend="aot_eager")
     torch.testing.assert_close(compiled_model.eval()(compiled[0]), model.eval()(compiled[0]))
-
-
-def test_compiled_gather_hands_static_shapes_to_a_compiled_model(monkeypatch) -> None:
-    """The gather compiles with dynamic shapes; the compiled model after it gets static ones.
-
-    Dynamo stamps a dynamic graph's outputs so that the next compiled function takes their
-    sizes as symbolic: a compiled training step then had a symbolic length and batch size
-    from its first compile.
-    """
-    from graphormer_sepnorm.data import grid
-
-    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
-    real_compile = torch.compile
-    monkeypatch.setattr(grid, "gathers_compiled", lambda device: True)
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(
-        fn, backend="aot_eager", **kw))
-    batch = store.batch(torch.tensor([[1, 2], [8, 0]]), 32)
-    graphs = []
-
-    def record(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    model, _ = model_pair(torch.float32, multi_hop_max_dist=5)
-    real_compile(lambda b: model.eval()(b), backend=record)(store.batch(torch.tensor([0, 3]), 32))
-    real_compile(lambda b: b.x.sum() + b.pair_spd.sum(), backend=record)(batch)
-    for gm in graphs:
-        shapes = [node.meta["example_value"].shape for node in gm.graph.nodes
-                  if node.op == "placeholder"
-                  and isinstance(node.meta.get("example_value"), torch.Tensor)]
-        assert shapes and not any(isinstance(size, torch.SymInt) for shape in shapes
-                                  for size in shape), shapes
