@@ -97,12 +97,19 @@ def batches(store: GridGraphs, batch_size: int, replicas: int | None,
     (``DeviceBatches`` runs it at each step, eagerly).
     """
     for _ in range(100_000):
-        rows = [gen.choice(len(store), batch_size, replace=False) for _ in range(replicas or 1)]
-        index = np.stack(rows) if replicas else rows[0]
+        index = _random_step(store, batch_size, replicas or 1, gen)
+        index = index if replicas else index[0]
         padded = store.length_for(index.reshape(-1))
         if length in (None, padded):
             return lambda: store.batch(torch.from_numpy(index), padded)
     raise ValueError(f"no random batch of {batch_size} pads to {length}")
+
+
+def _random_step(store: GridGraphs, batch_size: int, replicas: int,
+                 gen: np.random.Generator) -> np.ndarray:
+    """A random training step's graphs, ``[replicas, batch_size]``: each replica's own batch."""
+    return np.stack([gen.choice(len(store), batch_size, replace=False)
+                     for _ in range(replicas)])
 
 
 def length_mix(store: GridGraphs, batch_size: int, replicas: int, min_share: float,
@@ -112,9 +119,8 @@ def length_mix(store: GridGraphs, batch_size: int, replicas: int, min_share: flo
     Lengths under ``min_share`` of the draws are left out, the others' shares renormalized.
     """
     gen = np.random.default_rng(1)
-    lengths = [store.length_for(np.concatenate([
-        gen.choice(len(store), batch_size, replace=False) for _ in range(replicas)]))
-        for _ in range(draws)]
+    lengths = [store.length_for(_random_step(store, batch_size, replicas, gen).reshape(-1))
+               for _ in range(draws)]
     values, counts = np.unique(lengths, return_counts=True)
     kept = {int(v): c for v, c in zip(values, counts, strict=True) if c >= min_share * draws}
     kept = kept or {int(values[counts.argmax()]): 1}
