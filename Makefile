@@ -14,7 +14,7 @@ CLI := $(BIN)/graphormer-sepnorm
 DEMO_ARGS := --config configs/molhiv.yaml --config configs/presets/cpu_10min.yaml \
 	--trainer.logger.init_args.name demo --trainer.enable_progress_bar false
 
-.PHONY: venv test lint demo mirror bench clean gpu-bundle
+.PHONY: venv test lint demo mirror bench clean gpu-bundle image-twin image-rehearsal
 
 $(BIN)/activate: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,26 @@ demo: venv $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mir
 gpu-bundle: venv $(if $(LOCAL_MIRROR),mirror)
 	rm -rf gpu/bundle
 	OMP_NUM_THREADS=1 $(BIN)/python -m graphormer_sepnorm.gpu_bundle gpu/bundle --root data
+
+# A twin of the lent GPU's Python on this machine (its versions as the device tool's KINDS.md
+# lists them: Python 3.12, torch 2.11.0, lightning 2.6.6, torch-geometric 2.8.0.post1,
+# torchmetrics 1.9.0, numpy 2.5.2; no RDKit or ogb), about 5 GB from PyPI (torch's CUDA build,
+# which runs on the CPU), outside the checkout. `make image-rehearsal` then runs the campaign
+# tests (the rehearsal of gpu/run.sh included) in it: what would break on the image's versions
+# breaks here, before a lease is spent on it. Not part of `make test` (CI has no internet).
+TWIN ?= ../image-twin
+PYTHON312 ?= $(shell command -v python3.12)
+$(TWIN)/bin/python:
+	test -d gpu/bundle/wheels || $(MAKE) gpu-bundle
+	$(PYTHON312) -m venv $(TWIN)
+	$(TWIN)/bin/pip install -q torch==2.11.0 torch-geometric==2.8.0.post1 lightning==2.6.6 \
+		torchmetrics==1.9.0 numpy==2.5.2 pyyaml
+	$(TWIN)/bin/pip install -q --no-index --no-deps gpu/bundle/wheels/*.whl
+
+image-twin: $(TWIN)/bin/python
+
+image-rehearsal: venv image-twin
+	GRAPHORMER_SEPNORM_IMAGE_PYTHON=$(abspath $(TWIN))/bin/python $(BIN)/pytest -q tests/campaign
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -272,7 +272,9 @@ def _launches_and_bytes(event: Any) -> tuple[int, int]:
              "c10::Half": 2, "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
     lists = [s for s in event.input_shapes if s and isinstance(s[0], list)]
     read = 0
-    for shape, dtype in zip(event.input_shapes, event.input_dtypes, strict=False):
+    # torch 2.11's profiler events (the GPU image's) record no dtypes: 4 bytes an element
+    dtypes = getattr(event, "input_dtypes", None) or ["float"] * len(event.input_shapes)
+    for shape, dtype in zip(event.input_shapes, dtypes, strict=False):
         shapes = shape if shape and isinstance(shape[0], list) else [shape]
         read += sum(math.prod(s) * sizes.get(dtype, 4) for s in shapes if isinstance(s, list))
     if not lists:

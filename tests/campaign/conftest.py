@@ -55,4 +55,6 @@ def image_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
-PYTHON = sys.executable
+# The interpreter the image's commands run in: this one, or a twin of the GPU image's Python
+# (its torch, lightning, torch-geometric, torchmetrics and numpy; `make image-twin`)
+PYTHON = os.environ.get("GRAPHORMER_SEPNORM_IMAGE_PYTHON", sys.executable)
