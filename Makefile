@@ -68,22 +68,25 @@ gpu-bundle: venv $(if $(LOCAL_MIRROR),mirror)
 
 # A twin of the lent GPU's Python on this machine (its versions as the device tool's KINDS.md
 # lists them: Python 3.12, torch 2.11.0, lightning 2.6.6, torch-geometric 2.8.0.post1,
-# torchmetrics 1.9.0, numpy 2.5.2; no RDKit or ogb), about 5 GB from PyPI (torch's CUDA build,
-# which runs on the CPU), outside the checkout. `make image-rehearsal` then runs the campaign
-# tests (the rehearsal of gpu/run.sh included) in it: what would break on the image's versions
-# breaks here, before a lease is spent on it. Not part of `make test` (CI has no internet).
+# torchmetrics 1.9.0, numpy 2.5.2, pytest, networkx; no RDKit or ogb), about 5 GB from PyPI
+# (torch's CUDA build, which runs on the CPU), outside the checkout. `make image-rehearsal` then
+# runs in it the GPU smoke check's tests on the CPU and the campaign tests (the rehearsal of
+# gpu/run.sh included): what would break on the image's versions breaks here, before a lease is
+# spent on it. Not part of `make test` (CI has no internet).
 TWIN ?= ../image-twin
 PYTHON312 ?= $(shell command -v python3.12)
 $(TWIN)/bin/python:
 	test -d gpu/bundle/wheels || $(MAKE) gpu-bundle
 	$(PYTHON312) -m venv $(TWIN)
 	$(TWIN)/bin/pip install -q torch==2.11.0 torch-geometric==2.8.0.post1 lightning==2.6.6 \
-		torchmetrics==1.9.0 numpy==2.5.2 pyyaml
+		torchmetrics==1.9.0 numpy==2.5.2 pyyaml pytest networkx
 	$(TWIN)/bin/pip install -q --no-index --no-deps gpu/bundle/wheels/*.whl
 
 image-twin: $(TWIN)/bin/python
 
 image-rehearsal: venv image-twin
+	GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=cpu PYTHONPATH=$(CURDIR) $(TWIN)/bin/python -m pytest \
+		-q -m gpu tests/gpu -p no:cacheprovider
 	GRAPHORMER_SEPNORM_IMAGE_PYTHON=$(abspath $(TWIN))/bin/python $(BIN)/pytest -q tests/campaign
 
 clean:

@@ -4,9 +4,15 @@ What only a GPU can show: the grid batch computes the collated batch's function 
 CUDA, the compiled model the eager one's, a bf16-mixed fit trains, and K=2 packed replicas train
 as two single runs. Only RDKit-free modules are imported (the GPU image has no RDKit); together
 they take well under a minute (most of it compiling).
+
+``GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=cpu`` runs them on the CPU instead: ``make
+image-rehearsal`` does, in a twin of the image's Python, so that what breaks on the image's
+torch breaks here before a lease is spent (torch 2.11's ``mse_loss`` has no backward for a
+float64 output against a float32 target, which 2.13 has: this smoke check would have failed).
 """
 
 import copy
+import os
 import sys
 from pathlib import Path
 
@@ -18,9 +24,10 @@ from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
 
+DEVICE = torch.device(os.environ.get("GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE", "cuda"))
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-CUDA = torch.device("cuda")
+              pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(),
+                                 reason="needs CUDA")]
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 
 
@@ -36,7 +43,7 @@ def model(dtype=torch.float32, **kwargs) -> Graphormer:
     config = GraphormerConfig(tuple(ATOM_DIMS), tuple(BOND_DIMS), num_tasks=1, num_layers=3,
                               hidden_dim=16, ffn_dim=24, num_heads=4, multi_hop_max_dist=5,
                               **(NO_DROPOUT | kwargs))
-    net = Graphormer(config).to(CUDA, dtype)
+    net = Graphormer(config).to(DEVICE, dtype)
     for parameter in net.parameters():  # away from the initialization's symmetries
         parameter.data.add_(torch.randn_like(parameter) * 0.1)
     return net
@@ -59,9 +66,9 @@ def assert_close_all(a, b, tolerance: float) -> None:
 
 def test_grid_batch_equals_collated_batch_in_float32():
     data = graphs()
-    collated = GraphormerCollator(multi_hop_max_dist=5)(data).to(CUDA)
-    store = GridGraphs(data, multi_hop_max_dist=5, device=CUDA)
-    index = torch.arange(len(data), device=CUDA)
+    collated = GraphormerCollator(multi_hop_max_dist=5)(data).to(DEVICE)
+    store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
+    index = torch.arange(len(data), device=DEVICE)
     grid = store.batch(index, store.length_for(index.cpu().numpy()))
     net = model()
     assert_close_all(forward_backward(net, collated), forward_backward(copy.deepcopy(net), grid),
@@ -70,8 +77,8 @@ def test_grid_batch_equals_collated_batch_in_float32():
 
 def test_compiled_equals_eager():
     data = graphs()
-    store = GridGraphs(data, multi_hop_max_dist=5, device=CUDA)
-    index = torch.arange(len(data), device=CUDA)
+    store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
+    index = torch.arange(len(data), device=DEVICE)
     batch = store.batch(index, store.length_for(index.cpu().numpy()))
     eager = model()
     compiled = copy.deepcopy(eager)
@@ -93,7 +100,8 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
                               multi_hop_max_dist=5)
     module = PackedGraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],
                               warmup_steps=1, total_steps=6, compile="default")
-    trainer = Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=6,
+    accelerator = "gpu" if DEVICE.type == "cuda" else "cpu"
+    trainer = Trainer(accelerator=accelerator, devices=1, precision="bf16-mixed", max_steps=6,
                       default_root_dir=tmp_path,
                       logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       gradient_clip_val=5.0, val_check_interval=3,
@@ -107,37 +115,44 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
 
 
 def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
-    from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
+    """As ``tests/training/test_packed.py`` on the CPU: packed training's own AdamW (flat, each
+    replica clipped by its own norm, weight decay only where a parameter is trained), whose
+    decay skips the parameters no loss reaches (the last layer's atom norms), as
+    ``torch.optim.AdamW`` skips them in a single run (their gradient is ``None`` there)."""
+    from graphormer_sepnorm.training.flat_adamw import FlatAdamW
+    from graphormer_sepnorm.training.packed import PackedReplicas
 
     data = graphs()
-    store = GridGraphs(data, multi_hop_max_dist=5, device=CUDA)
+    store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
     first, second = model(torch.float64), model(torch.float64)
     with torch.no_grad():
         for parameter in second.parameters():
             parameter.add_(0.1 * torch.randn_like(parameter))
     gen = torch.Generator().manual_seed(0)
     batches = torch.stack([torch.stack([torch.randperm(len(data), generator=gen)[:4]
-                                        for _ in range(2)]) for _ in range(4)]).to(CUDA)
+                                        for _ in range(2)]) for _ in range(4)]).to(DEVICE)
+    singles = [copy.deepcopy(first), copy.deepcopy(second)]
     packed = PackedReplicas([first, second])
-    optimizer = torch.optim.AdamW(packed.parameters(), lr=1e-2)
+    optimizer = FlatAdamW([{"params": [packed.flat], "decay_mask": packed.trained}], lr=1e-2,
+                          weight_decay=0.01)
+    optimizer.clip(0.05)
     for index in batches:
         batch = store.batch(index, 32)
-        loss = sum(torch.nn.functional.mse_loss(o, y) for o, y in
+        loss = sum(torch.nn.functional.mse_loss(o, y.to(o.dtype)) for o, y in
                    zip(packed(batch), batch.y, strict=True))
         optimizer.zero_grad()
         loss.backward()
-        clip_grad_norm_per_replica(list(packed.parameters()), 0.05)
         optimizer.step()
-    for r, single in enumerate([first, second]):
-        optimizer = torch.optim.AdamW(single.parameters(), lr=1e-2)
+    for r, single in enumerate(singles):
+        optimizer = torch.optim.AdamW(single.parameters(), lr=1e-2, weight_decay=0.01)
         for index in batches[:, r]:
             batch = store.batch(index, 32)
-            loss = torch.nn.functional.mse_loss(single(batch), batch.y)
+            loss = torch.nn.functional.mse_loss(single(batch), batch.y.double())
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(single.parameters(), 0.05)
             optimizer.step()
         got = packed.replica(r).state_dict()
         for name, value in single.state_dict().items():
-            torch.testing.assert_close(got[name].to(CUDA), value, rtol=1e-6, atol=1e-6,
+            torch.testing.assert_close(got[name].to(DEVICE), value, rtol=1e-6, atol=1e-6,
                                        msg=name)

@@ -28,7 +28,7 @@ def train_single(model, store, batches, length):
     model.train()
     for index in batches:
         batch = store.batch(index, length)
-        loss = torch.nn.functional.mse_loss(model(batch), batch.y.expand(-1, 2))
+        loss = torch.nn.functional.mse_loss(model(batch), batch.y.expand(-1, 2).double())
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
@@ -44,7 +44,7 @@ def train_packed(packed, store, batches, length):
     for index in batches:
         batch = store.batch(index, length)
         out = packed(batch)
-        loss = sum(torch.nn.functional.mse_loss(o, y.expand(-1, 2))
+        loss = sum(torch.nn.functional.mse_loss(o, y.expand(-1, 2).double())
                    for o, y in zip(out, batch.y, strict=True))
         optimizer.zero_grad()
         loss.backward()
