@@ -29,12 +29,19 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
+from graphormer_sepnorm.chem import graph_shortcuts as graph
 from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
-from graphormer_sepnorm.chem.rdkit_shortcuts import QED_REUSED, estate_indices, qed_from_descriptors
+from graphormer_sepnorm.chem.rdkit_shortcuts import (
+    QED_REUSED,
+    ScreenedFragment,
+    estate_indices,
+    qed_from_descriptors,
+)
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
-           "RDKit2D", "RDKit2DFast", "RDKit2DLean", "RDKit2DScreen", "apply_transform",
-           "build_mol_features", "descriptor_spec", "qed_from_descriptors",
+           "RDKit2D", "RDKit2DFast", "RDKit2DLean", "RDKit2DScreen", "SHORTCUTS",
+           "apply_transform", "build_mol_features", "descriptor_function", "descriptor_spec",
+           "qed_from_descriptors",
            "transform_descriptors"]
 
 
@@ -94,6 +101,27 @@ ESTATE_EXTREMES = frozenset({"MaxEStateIndex", "MinEStateIndex", "MaxAbsEStateIn
                              "MinAbsEStateIndex"})
 
 
+#: Descriptors computed by a shortcut giving RDKit's value to the last bit (``graph_shortcuts``):
+#: RDKit's Python loops over atoms and bonds, from one pass over them a molecule.
+SHORTCUTS: dict[str, Any] = {
+    "SPS": graph.spacial_score, "BertzCT": graph.bertz_ct, "BalabanJ": graph.balaban_j,
+    "Chi0": graph.chi0, "Chi1": graph.chi1, "NumValenceElectrons": graph.num_valence_electrons}
+
+
+def descriptor_function(name: str, function: Any) -> Any:
+    """The function :class:`RDKit2D` calls for RDKit's descriptor ``name`` (RDKit's ``function``).
+
+    The E-state extremes without recomputing the indices, a shortcut of :data:`SHORTCUTS`, a
+    fragment count screened (:class:`~graphormer_sepnorm.chem.rdkit_shortcuts.ScreenedFragment`),
+    else RDKit's own.
+    """
+    if name in ESTATE_EXTREMES:
+        return functools.partial(function, force=0)
+    if name in SHORTCUTS:
+        return SHORTCUTS[name]
+    return ScreenedFragment(function) if ScreenedFragment.applies(function) else function
+
+
 class MolFeatures(ABC):
     """A fixed-length float vector per molecule.
 
@@ -126,10 +154,10 @@ class RDKit2D(MolFeatures):
         functions = dict(Descriptors.descList)
         # RDKit recomputes the E-state indices for each of these four (force=1) and caches them
         # on the molecule for the VSA ones: force=0 computes them once a molecule, 7% of the
-        # time; estate_indices computes them as RDKit does, in array operations
+        # time; estate_indices computes them as RDKit does, in array operations. Other
+        # shortcuts: descriptor_function
         self._estate = any(item["name"] in ESTATE_EXTREMES for item in self.spec)
-        self.functions = [functools.partial(functions[item["name"]], force=0)
-                          if item["name"] in ESTATE_EXTREMES else functions[item["name"]]
+        self.functions = [descriptor_function(item["name"], functions[item["name"]])
                           for item in self.spec]
         self.transform = DescriptorTransform(self.spec)
         self.dim = len(self.spec)
@@ -142,6 +170,10 @@ class RDKit2D(MolFeatures):
 
     def __call__(self, mol: Chem.Mol) -> np.ndarray:
         """``[174]`` float32 standardized descriptors."""
+        return np.nan_to_num(self.transform(self.raw(mol)), nan=0.0).astype(np.float32)
+
+    def raw(self, mol: Chem.Mol) -> np.ndarray:
+        """``[174]`` float64 RDKit values, before the transforms (NaN where RDKit raises)."""
         if self._estate and not hasattr(mol, "_eStateIndices"):  # where RDKit caches them
             # where they cannot be computed RDKit's own raise below, inside _safe (NaN)
             with contextlib.suppress(Exception):
@@ -151,7 +183,7 @@ class RDKit2D(MolFeatures):
         if self._qed_at is not None:
             raw[self._qed_at] = _safe(functools.partial(
                 qed_from_descriptors, reused=raw[self._reused].tolist()), mol)
-        return np.nan_to_num(self.transform(raw), nan=0.0).astype(np.float32)
+        return raw
 
 
 def _safe(function: Any, mol: Chem.Mol) -> float:

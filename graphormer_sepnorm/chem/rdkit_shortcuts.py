@@ -1,22 +1,32 @@
 """Parts of RDKit descriptors computed once, or as arrays: the same numbers in less time.
 
 :class:`~graphormer_sepnorm.chem.mol_features.RDKit2D` computes 174 RDKit descriptors a
-molecule; some recompute what others already did (QED's properties repeat five of them) or
-loop in Python (the E-state indices over all atom pairs). These give RDKit's values, to the
-last bit (tested against RDKit's own functions), without the repeated or interpreted work.
+molecule; some recompute what others already did (QED's properties repeat five of them), loop
+in Python (the E-state indices over all atom pairs) or run substructure matches that cannot
+succeed (QED's alerts, the ``fr_*`` fragment counts: see ``substructure_screen``). These give
+RDKit's values, to the last bit (tested against RDKit's own functions), without the repeated,
+interpreted or hopeless work.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from rdkit import Chem
-from rdkit.Chem import QED
+from rdkit.Chem import QED, Fragments
 from rdkit.Chem.EState.EState import GetPrincipleQuantumNumber
 
-__all__ = ["QED_REUSED", "estate_indices", "qed_from_descriptors"]
+from graphormer_sepnorm.chem.graph_shortcuts import OUTER, mol_tables
+from graphormer_sepnorm.chem.substructure_screen import PatternScreen
+
+__all__ = ["QED_REUSED", "ScreenedFragment", "estate_indices", "possible_matches",
+           "qed_from_descriptors"]
+
+#: RDKit's E-state principal quantum number by atomic number.
+_SHELL = np.array([GetPrincipleQuantumNumber(z) for z in range(len(OUTER))], dtype=np.int64)
 
 #: The descriptors whose values QED's properties repeat, in ``QEDproperties``' order.
 QED_REUSED = ("MolWt", "MolLogP", "NumHDonors", "TPSA", "NumRotatableBonds")
@@ -30,35 +40,87 @@ def qed_from_descriptors(mol: Chem.Mol, reused: Sequence[float]) -> float:
     NaN, RDKit's own ``qed`` runs). The rest of QED's properties (acceptors, aromatic rings,
     structural alerts) as RDKit's ``QED.properties`` computes them.
     """
-    if any(math.isnan(v) for v in reused) or any(a.GetAtomicNum() == 1 for a in mol.GetAtoms()):
+    # every atom heavy: no hydrogen atom (nor a dummy one, which takes RDKit's own path too)
+    if any(math.isnan(v) for v in reused) or mol.GetNumHeavyAtoms() != mol.GetNumAtoms():
         return QED.qed(mol)
     weight, logp, donors, psa, rotatable = reused
+    possible = possible_matches(mol)  # a pattern that cannot match is not run
+    alerts = len(QED.StructuralAlerts)
+    acceptors = zip(QED.Acceptors, possible[alerts:alerts + len(QED.Acceptors)], strict=True)
     properties = QED.QEDproperties(
         MW=weight, ALOGP=logp,
-        HBA=sum(len(mol.GetSubstructMatches(pattern)) for pattern in QED.Acceptors
-                if mol.HasSubstructMatch(pattern)),
+        HBA=sum(len(mol.GetSubstructMatches(pattern)) for pattern, may in acceptors
+                if may and mol.HasSubstructMatch(pattern)),
         HBD=int(donors), PSA=psa, ROTB=int(rotatable),
         AROM=len(Chem.GetSSSR(Chem.DeleteSubstructs(Chem.Mol(mol), QED.AliphaticRings))),
-        ALERTS=sum(1 for alert in QED.StructuralAlerts if mol.HasSubstructMatch(alert)))
+        ALERTS=sum(1 for alert, may in zip(QED.StructuralAlerts, possible[:alerts], strict=True)
+                   if may and mol.HasSubstructMatch(alert)))
     return QED.qed(mol, qedProperties=properties)
+
+
+def _fragment_pattern(function: Callable) -> Chem.Mol | None:
+    """The pattern an RDKit ``Fragments.fr_*`` function counts (``None``: not one of those)."""
+    if getattr(function, "__code__", None) is not Fragments.fns[0][1].__code__:
+        return None
+    return function.__defaults__[1]  # lambda mol, countUnique=True, pattern=patt
+
+
+#: The patterns screened (``possible_matches``): QED's alerts, its acceptors, RDKit's fragments.
+SCREENED = [*QED.StructuralAlerts, *QED.Acceptors,
+            *(_fragment_pattern(function) for _, function in Fragments.fns)]
+
+
+@functools.cache
+def _screen() -> PatternScreen:
+    return PatternScreen(SCREENED)
+
+
+def possible_matches(mol: Chem.Mol) -> np.ndarray:
+    """Per pattern of :data:`SCREENED`, whether it may match ``mol`` (cached on ``mol``)."""
+    possible = getattr(mol, "_graphormerScreen", None)
+    if possible is None:
+        possible = mol._graphormerScreen = _screen()(mol).tolist()
+    return possible
+
+
+class ScreenedFragment:
+    """An RDKit ``fr_*`` fragment count, 0 without matching where the pattern cannot match.
+
+    Args:
+        function: RDKit's function (from ``Descriptors.descList``), run where it may match.
+    """
+
+    def __init__(self, function: Callable) -> None:
+        if _fragment_pattern(function) is None:
+            raise ValueError(f"{function!r} is not an RDKit fragment count")
+        self.function = function
+        self.column = next(k for k, (_, f) in enumerate(Fragments.fns) if f is function)
+        self.column += len(QED.StructuralAlerts) + len(QED.Acceptors)
+
+    def __call__(self, mol: Chem.Mol) -> int:
+        """RDKit's count of the fragment in ``mol``."""
+        return self.function(mol) if possible_matches(mol)[self.column] else 0
+
+    @staticmethod
+    def applies(function: Callable) -> bool:
+        """Whether ``function`` is an RDKit fragment count (one of ``Fragments.fns``)."""
+        return _fragment_pattern(function) is not None and any(
+            f is function for _, f in Fragments.fns)
 
 
 def estate_indices(mol: Chem.Mol) -> np.ndarray:
     """RDKit's ``EState.EStateIndices(mol)`` ``[N]``, bit for bit, its pair loop as arrays.
 
-    Each atom's intrinsic state ``I_i`` as RDKit computes it; then ``I_i + sum_j (I_i - I_j) /
+    Each atom's intrinsic state ``I_i`` as RDKit computes it (the same operations, element
+    by element, from the atom table of ``graph_shortcuts``); then ``I_i + sum_j (I_i - I_j) /
     (d_ij + 1)^2`` over the atoms ``j`` it is connected to, summed in RDKit's order (``j``
     ascending, one after the other: a cumulative sum, not numpy's pairwise one).
     """
-    table = Chem.GetPeriodicTable()
-    intrinsic = np.zeros(mol.GetNumAtoms(), dtype=np.float64)
-    for i, atom in enumerate(mol.GetAtoms()):
-        degree = atom.GetDegree()
-        if degree > 0:
-            number = atom.GetAtomicNum()
-            valence = table.GetNOuterElecs(number) - atom.GetTotalNumHs()
-            shell = GetPrincipleQuantumNumber(number)
-            intrinsic[i] = (4. / (shell * shell) * valence + 1) / degree
+    t = mol_tables(mol)
+    shell = _SHELL[t.atomic]
+    with np.errstate(divide="ignore", invalid="ignore"):  # atoms without neighbours: 0
+        intrinsic = np.where(t.degree > 0, (4. / (shell * shell) * (OUTER[t.atomic] - t.hydrogens)
+                                            + 1) / t.degree, 0.0)
     if not len(intrinsic):
         return intrinsic
     dists = Chem.GetDistanceMatrix(mol, useBO=False, useAtomWts=False) + 1

@@ -1,0 +1,126 @@
+"""The descriptor shortcuts give RDKit's own values, to the last bit, on odd molecules."""
+
+import functools
+import math
+
+import numpy as np
+import pytest
+from rdkit import Chem, RDLogger
+from rdkit.Chem import QED, Descriptors, Fragments, SpacialScore
+
+from graphormer_sepnorm.chem import graph_shortcuts as graph
+from graphormer_sepnorm.chem import mol_features as mf
+from graphormer_sepnorm.chem import rdkit_shortcuts as shortcuts
+from graphormer_sepnorm.chem.substructure_screen import PatternScreen, pattern_clauses
+
+RDLogger.DisableLog("rdApp.*")
+
+# charged atoms, explicit and isotopic H, stereo (atoms, bonds), rings (fused, spiro, bridged,
+# macro), salts and fragments, metals, dummy atoms, one atom, radicals, odd valences
+SMILES = [
+    "CC(=O)Nc1ccc(O)cc1", "C[N+](C)(C)CC(=O)[O-]", "[2H]C([2H])([2H])c1ccccc1", "[H]OC([H])=O",
+    "O=[N+]([O-])c1ccc2[nH]c3ccccc3c2c1", "C1CC2CCC1CC2", "N#CC(=O)Cl", "[Na+].[Cl-]",
+    "OC1=C(O)C=C2C(=C1)OC3=CC(=O)C(=CC3=C2C4=CC=CC=C4)O", "C/C=C/C(=O)O", "F/C=C\\F",
+    "C[C@H](N)C(=O)O", "C[C@@H]1CC[C@H](C)CC1", "C1CCC2(CC1)CCCC2", "C1CCCCCCCCCCC1",
+    "CC(C)(C)c1ccc(S(=O)(=O)N)cc1", "[O-][n+]1ccccc1", "c1ccc2c(c1)ccc1ccccc12", "C#CC#N",
+    "OS(=O)(=O)C(F)(F)F", "C[Si](C)(C)Cl", "[Fe+2].[O-]C(=O)C", "*c1ccccc1", "C", "[CH3]",
+    "CCN=C=O", "N=[N+]=[N-]", "O=P(O)(O)OCC", "ClC(Cl)(Cl)Br", "c1ccsc1-c1ncco1", "[13CH4]",
+    "CSSC", "OO", "C=CC=CC=O", "O=C1NC(=O)C(=O)N1", "c1cc[nH]c1", "Cn1cnc2c1c(=O)n(C)c(=O)n2C",
+    "C1=CC=CC=C1.C1=CC=CC=C1", "OCC(O)CO", "[NH4+]", "[OH-]", "S", "[Se]", "B(O)(O)c1ccccc1",
+]
+SMILES.append("CC.[Na]")  # a one-atom second fragment (RDKit's BertzCT notes it)
+
+
+def _mols(smiles):
+    mol = Chem.MolFromSmiles(smiles)
+    return [mol, Chem.AddHs(mol)]
+
+
+@pytest.mark.parametrize("name, ours", [
+    ("SPS", graph.spacial_score), ("BertzCT", graph.bertz_ct), ("BalabanJ", graph.balaban_j),
+    ("Chi0", graph.chi0), ("Chi1", graph.chi1),
+    ("NumValenceElectrons", graph.num_valence_electrons)])
+def test_graph_shortcuts_are_rdkits_functions(name, ours):
+    theirs = dict(Descriptors.descList)[name]
+    for smiles in SMILES:
+        for mol in _mols(smiles):
+            expected, got = _value(theirs, mol), _value(ours, mol)
+            assert _bits(got) == _bits(expected), (smiles, got, expected)
+
+
+def _value(function, mol):
+    try:
+        return float(function(Chem.Mol(mol)))
+    except Exception:  # RDKit raises on some molecules: ours must too
+        return "raised"
+
+
+def _bits(value):
+    return value if isinstance(value, str) else np.float64(value).tobytes()
+
+
+def test_spacial_score_on_one_shared_molecule_with_stereo_bonds():
+    mol = Chem.MolFromSmiles("C/C=C/[C@H](F)C1CC1C=CC")
+    tables_first = Chem.Mol(mol)
+    graph.mol_tables(tables_first)  # the cached tables do not change the value
+    assert graph.spacial_score(tables_first) == SpacialScore.SPS(mol)
+
+
+def test_estate_indices_are_rdkits():
+    from rdkit.Chem.EState.EState import EStateIndices
+
+    for smiles in SMILES:
+        for mol in _mols(smiles):
+            expected = EStateIndices(Chem.Mol(mol), force=True)
+            np.testing.assert_array_equal(shortcuts.estate_indices(Chem.Mol(mol)), expected)
+
+
+def test_screened_fragments_and_qed_are_rdkits():
+    fragments = [(name, f) for name, f in Fragments.fns]
+    for smiles in SMILES:
+        for mol in _mols(smiles):
+            for name, function in fragments:
+                expected = function(Chem.Mol(mol))
+                assert shortcuts.ScreenedFragment(function)(Chem.Mol(mol)) == expected, name
+            reused = [mf._safe(dict(Descriptors.descList)[n], mol) for n in shortcuts.QED_REUSED]
+            ours = _value(functools.partial(shortcuts.qed_from_descriptors, reused=reused), mol)
+            assert _bits(ours) == _bits(_value(QED.qed, mol)), smiles
+
+
+def test_screen_never_rules_out_a_pattern_that_matches():
+    screen = PatternScreen(shortcuts.SCREENED)
+    ruled_out = 0
+    for smiles in SMILES:
+        for mol in _mols(smiles):
+            possible = screen(mol)
+            matches = [mol.HasSubstructMatch(p) for p in shortcuts.SCREENED]
+            assert not any(m and not p for m, p in zip(matches, possible, strict=True)), smiles
+            ruled_out += int((~possible).sum())
+    assert ruled_out > len(SMILES) * len(shortcuts.SCREENED) / 2  # and it rules out many
+
+
+@pytest.mark.parametrize("smarts, needs", [
+    ("C=O", {frozenset({6}), frozenset({8})}),  # aliphatic C and O (+ their double bond)
+    # charged atoms by (type, charge) keys, the uncharged O by its type
+    ("[N+](=O)[O-]", {frozenset({10_000 + 7 * 64 + 33}), frozenset({8}),
+                      frozenset({10_000 + 8 * 64 + 31})}),
+    ("[!#6]", set()), ("[$(C=O),$(C=S)]", {frozenset({6}), frozenset({8, 16})}),
+    ("[!$(C=O)]", set())])
+def test_pattern_clauses_by_hand(smarts, needs):
+    _, clauses = pattern_clauses(Chem.MolFromSmarts(smarts))
+    atom_clauses = {c for c in clauses if all(k < 1 << 30 for k in c)}
+    assert atom_clauses == needs
+
+
+def test_rdkit2d_uses_the_shortcuts_and_gives_rdkits_raw_values():
+    features, functions = mf.RDKit2D(), dict(Descriptors.descList)
+    names = [item["name"] for item in features.spec]
+    assert features.functions[names.index("SPS")] is graph.spacial_score
+    assert isinstance(features.functions[names.index("fr_ester")], shortcuts.ScreenedFragment)
+    for smiles in SMILES:
+        for mol in _mols(smiles):
+            expected = np.array([mf._safe(functions[n], Chem.Mol(mol)) for n in names])
+            got = features.raw(Chem.Mol(mol))
+            same = (got == expected) | (np.isnan(got) & np.isnan(expected))
+            assert same.all(), (smiles, [n for n, s in zip(names, same, strict=True) if not s])
+            assert not math.isnan(got[names.index("MolWt")])
