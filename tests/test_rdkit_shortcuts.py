@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 from rdkit import Chem, RDLogger
-from rdkit.Chem import QED, Descriptors, Fragments, SpacialScore
+from rdkit.Chem import QED, Descriptors, Fragments, Graphs, SpacialScore
 
 from graphormer_sepnorm.chem import graph_shortcuts as graph
 from graphormer_sepnorm.chem import mol_features as mf
@@ -39,7 +39,7 @@ def _mols(smiles):
 @pytest.mark.parametrize("name, ours", [
     ("SPS", graph.spacial_score), ("BertzCT", graph.bertz_ct), ("BalabanJ", graph.balaban_j),
     ("Chi0", graph.chi0), ("Chi1", graph.chi1),
-    ("NumValenceElectrons", graph.num_valence_electrons)])
+    ("NumValenceElectrons", graph.num_valence_electrons), ("AvgIpc", graph.avg_ipc)])
 def test_graph_shortcuts_are_rdkits_functions(name, ours):
     theirs = dict(Descriptors.descList)[name]
     for smiles in SMILES:
@@ -124,3 +124,43 @@ def test_rdkit2d_uses_the_shortcuts_and_gives_rdkits_raw_values():
             same = (got == expected) | (np.isnan(got) & np.isnan(expected))
             assert same.all(), (smiles, [n for n, s in zip(names, same, strict=True) if not s])
             assert not math.isnan(got[names.index("MolWt")])
+
+
+def test_characteristic_polynomial_is_rdkits_bit_for_bit():
+    negative = 0  # RDKit's own subtraction runs after a negative coefficient (a -0.0 off it)
+    for smiles in SMILES:
+        for mol in _mols(smiles):
+            adjacency = np.equal(Chem.GetDistanceMatrix(mol, False), 1)
+            expected = Graphs.CharacteristicPolynomial(mol, adjacency)
+            got = graph.characteristic_polynomial(adjacency)
+            assert got.tobytes() == expected.tobytes(), smiles
+            negative += int((expected[1:] > 0).any())  # c_n = -res[n] < 0 somewhere
+    assert negative > 0
+
+
+def test_vector_columns_are_rdkits_functions():
+    functions = dict(Descriptors.descList)
+    names = [name for name in functions if shortcuts.VectorColumn.applies(name)]
+    assert len(names) == 14 + 10 + 12 + 11 + 10  # PEOE, SMR, SlogP, EState_VSA, VSA_EState
+    for smiles in SMILES:
+        for mol in _mols(smiles):
+            shared = Chem.Mol(mol)  # one molecule for all columns, as RDKit2D calls them
+            for name in names:
+                expected = _value(functions[name], mol)
+                assert _bits(_value(shortcuts.VectorColumn(name), mol)) == _bits(expected), name
+                assert _bits(float(shortcuts.VectorColumn(name)(shared))) == _bits(expected)
+    with pytest.raises(ValueError, match="not an entry"):
+        shortcuts.VectorColumn("PEOE_VSA")
+
+
+def test_charge_descriptors_are_rdkits():
+    functions = dict(Descriptors.descList)
+    for smiles in SMILES:
+        for mol in _mols(smiles):
+            expected = Descriptors._ChargeDescriptors(Chem.Mol(mol), force=True)
+            got = shortcuts.charge_extremes(Chem.Mol(mol))
+            assert [_bits(v) for v in got] == [_bits(v) for v in expected], smiles
+            shared = Chem.Mol(mol)
+            for name in sorted(shortcuts.CHARGE_DESCRIPTORS):
+                ours = shortcuts.ChargeDescriptor(functions[name])
+                assert _bits(_value(ours, shared)) == _bits(_value(functions[name], mol)), name

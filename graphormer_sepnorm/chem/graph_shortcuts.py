@@ -9,14 +9,16 @@ from them with RDKit's own arithmetic, in RDKit's order wherever floats are summ
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 from rdkit import Chem
 from rdkit.Chem import GraphDescriptors, rdmolops
+from rdkit.ML.InfoTheory import entropy
 
-__all__ = ["MolTables", "balaban_j", "bertz_ct", "chi0", "chi1", "mol_tables",
-           "num_valence_electrons", "spacial_score"]
+__all__ = ["MolTables", "avg_ipc", "balaban_j", "bertz_ct", "characteristic_polynomial", "chi0",
+           "chi1", "mol_tables", "num_valence_electrons", "spacial_score"]
 
 _TABLE = Chem.GetPeriodicTable()
 #: Outer-shell electrons by atomic number (RDKit's periodic table).
@@ -185,3 +187,45 @@ def bertz_ct(mol: Chem.Mol, cutoff: int = 100) -> float:
                 connections[key] = connections.get(key, 0) + oi * oj
     return GraphDescriptors._CalculateEntropies(connections or {"a": 1}, atom_types, atoms)
 
+
+def characteristic_polynomial(adjacency: np.ndarray) -> np.ndarray:
+    """``Graphs.CharacteristicPolynomial(mol, adjacency)``, its floating operations unchanged.
+
+    RDKit's Le Verrier-Faddeev-Frame loop: ``c_n = trace(A_n) / n``, ``B_n = A_n - c_n I``,
+    ``A_{n+1} = A B_n``, in two buffers and their diagonals' views (``numpy.trace`` sums the
+    same strided view). ``c_n I`` is ``c_n`` on the diagonal and ``c_n * 0.0`` off it, which
+    subtracted changes nothing unless it is ``-0.0`` or NaN (then RDKit's subtraction runs); the
+    boolean ``A`` is cast to float once, not by each ``numpy.dot``.
+    """
+    atoms = len(adjacency)
+    matrix = adjacency.astype(np.float64)
+    buffers = [matrix.copy(), np.empty_like(matrix)]
+    diagonals = [buffer.reshape(-1)[::atoms + 1] for buffer in buffers]
+    res = [1.0]
+    for n in range(1, atoms + 1):
+        now = (n + 1) % 2  # A_n's buffer (A_1: the boolean matrix, its float copy)
+        value = 1. / n * (adjacency.trace() if n == 1 else diagonals[now].sum())
+        res.append(value)
+        zero = value * 0.0
+        if math.copysign(1.0, zero) < 0 or zero != zero:
+            np.subtract(buffers[now], value * np.identity(atoms), out=buffers[now])
+        else:
+            diagonals[now] -= value
+        if n < atoms:  # RDKit's last product is never read
+            np.dot(matrix, buffers[now], out=buffers[1 - now])
+    polynomial = np.array(res, dtype=float)
+    polynomial[1:] *= -1
+    return polynomial
+
+
+def avg_ipc(mol: Chem.Mol) -> float:
+    """``GraphDescriptors.AvgIpc(mol)``: its Ipc with :func:`characteristic_polynomial`."""
+    try:
+        dmat = mol._adjMat  # RDKit's Ipc reads (and leaves) this
+    except AttributeError:
+        dmat = Chem.GetDistanceMatrix(mol, False)
+        mol._adjMat = dmat
+    adjacency = np.equal(dmat, 1)
+    if adjacency.shape != (mol.GetNumAtoms(),) * 2:
+        return GraphDescriptors.AvgIpc(mol)
+    return entropy.InfoEntropy(abs(characteristic_polynomial(adjacency)))

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from rdkit import Chem
-from rdkit.Chem import QED, Fragments
+from rdkit.Chem import QED, Fragments, MolSurf, rdPartialCharges
+from rdkit.Chem.EState import EState_VSA
 from rdkit.Chem.EState.EState import GetPrincipleQuantumNumber
 
 from graphormer_sepnorm.chem.graph_shortcuts import OUTER, mol_tables
 from graphormer_sepnorm.chem.substructure_screen import PatternScreen
 
-__all__ = ["QED_REUSED", "ScreenedFragment", "estate_indices", "possible_matches",
-           "qed_from_descriptors"]
+__all__ = ["CHARGE_DESCRIPTORS", "QED_REUSED", "VECTOR_FAMILIES", "ChargeDescriptor",
+           "ScreenedFragment", "VectorColumn", "charge_extremes", "estate_indices",
+           "possible_matches", "qed_from_descriptors"]
 
 #: RDKit's E-state principal quantum number by atomic number.
 _SHELL = np.array([GetPrincipleQuantumNumber(z) for z in range(len(OUTER))], dtype=np.int64)
@@ -127,3 +130,84 @@ def estate_indices(mol: Chem.Mol) -> np.ndarray:
     terms = (intrinsic[:, None] - intrinsic[None, :]) / (dists * dists)
     terms[dists >= 1e6] = 0.0  # other fragments (RDKit skips them; adding 0.0 changes nothing)
     return np.cumsum(terms, axis=1)[:, -1] + intrinsic
+
+
+#: RDKit's descriptor families that are entries of one vector, by name: RDKit's ``PEOE_VSA3`` is
+#: ``MolSurf.PEOE_VSA_(mol, force=False)[2]`` (``_InstallDescriptors`` of ``MolSurf``,
+#: ``EState_VSA``).
+VECTOR_FAMILIES: dict[str, Callable] = {
+    name: functools.partial(function, force=False) for name, function in (
+        ("PEOE_VSA", MolSurf.PEOE_VSA_), ("SMR_VSA", MolSurf.SMR_VSA_),
+        ("SlogP_VSA", MolSurf.SlogP_VSA_), ("EState_VSA", EState_VSA.EState_VSA_),
+        ("VSA_EState", EState_VSA.VSA_EState_))}
+_VECTOR_NAME = re.compile(rf"^({'|'.join(VECTOR_FAMILIES)})([1-9][0-9]*)$")
+
+
+class VectorColumn:
+    """RDKit's descriptor ``name`` of a :data:`VECTOR_FAMILIES` family, its vector computed once.
+
+    RDKit's ``PEOE_VSA1`` .. ``PEOE_VSA14`` each recompute the Gasteiger charges and the whole
+    vector (6.5 us a call) to keep one entry; here the first column computed caches the vector on
+    the molecule (as RDKit caches the other families') and the others read it.
+
+    Args:
+        name: RDKit's name of the descriptor, e.g. ``PEOE_VSA3``.
+    """
+
+    def __init__(self, name: str) -> None:
+        match = _VECTOR_NAME.match(name)
+        if match is None:
+            raise ValueError(f"{name!r} is not an entry of {sorted(VECTOR_FAMILIES)}")
+        self.family = VECTOR_FAMILIES[match.group(1)]
+        self.index = int(match.group(2)) - 1
+        self.attribute = f"_graphormer{match.group(1)}"
+
+    def __call__(self, mol: Chem.Mol) -> float:
+        """RDKit's value of the descriptor for ``mol``."""
+        vector = getattr(mol, self.attribute, None)
+        if vector is None:  # where the family raises, each column raises, as RDKit's do
+            vector = self.family(mol)
+            setattr(mol, self.attribute, vector)
+        return vector[self.index]
+
+    @staticmethod
+    def applies(name: str) -> bool:
+        """Whether ``name`` is an entry of a :data:`VECTOR_FAMILIES` family."""
+        return _VECTOR_NAME.match(name) is not None
+
+
+#: RDKit's descriptors over the extremes of the Gasteiger charges (``Descriptors``).
+CHARGE_DESCRIPTORS = frozenset({"MaxPartialCharge", "MinPartialCharge", "MaxAbsPartialCharge",
+                                "MinAbsPartialCharge"})
+
+
+def charge_extremes(mol: Chem.Mol) -> tuple[float, float]:
+    """``Descriptors._ChargeDescriptors(mol, force=True)``, each charge read as a double.
+
+    RDKit reads each atom's charge as text (``float(GetProp(...))``: 17 digits, the same
+    double), a third of the time; the same ``min``/``max`` from the same start, in atom order
+    (NaN charges take Python's semantics as in RDKit's loop).
+    """
+    rdPartialCharges.ComputeGasteigerCharges(mol)
+    low, high = 500., -500.
+    for charge in [atom.GetDoubleProp("_GasteigerCharge")
+                   for atom in map(mol.GetAtomWithIdx, range(mol.GetNumAtoms()))]:
+        low, high = min(charge, low), max(charge, high)
+    return low, high
+
+
+class ChargeDescriptor:
+    """RDKit's function of :data:`CHARGE_DESCRIPTORS`, the extremes cached as RDKit caches them.
+
+    Args:
+        function: RDKit's function (from ``Descriptors.descList``).
+    """
+
+    def __init__(self, function: Callable) -> None:
+        self.function = function
+
+    def __call__(self, mol: Chem.Mol) -> float:
+        """RDKit's value for ``mol`` (its ``_chargeDescriptors``, from :func:`charge_extremes`)."""
+        if not hasattr(mol, "_chargeDescriptors"):  # as Descriptors._ChargeDescriptors caches
+            mol._chargeDescriptors = charge_extremes(mol)
+        return self.function(mol)

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 from rdkit import Chem
 
+from graphormer_sepnorm.chem.graph_shortcuts import mol_tables
+
 __all__ = ["PatternScreen", "molecule_keys", "pattern_clauses"]
 
 #: An atom's type: atomic number, plus this for aromatic atoms (RDKit's ``AtomType`` query).
@@ -53,9 +55,9 @@ def bond_key(kind1: int, kind2: int, code: int) -> int:
 
 def molecule_keys(mol: Chem.Mol) -> np.ndarray:
     """The feature keys a molecule has (repeats included): atom types, typed charges, bonds."""
-    atoms = list(map(mol.GetAtomWithIdx, range(mol.GetNumAtoms())))
-    kinds = np.array([a.GetAtomicNum() + AROMATIC * a.GetIsAromatic() for a in atoms], np.int64)
-    charges = np.array([a.GetFormalCharge() for a in atoms], np.int64)
+    tables = mol_tables(mol)  # the atoms read once a molecule (cached on it)
+    kinds = tables.atomic + AROMATIC * tables.aromatic
+    charges = tables.charge
     # bond orders of the adjacency matrix: 1 single (or dative), 1.5 aromatic (or one and a
     # half), 2, 3; a key for a bond type it stands in for too only lets more patterns through
     orders = Chem.GetAdjacencyMatrix(mol, useBO=True, force=True, prefix="_screen")
