@@ -5,15 +5,19 @@
 #   LIMIT_S=600 COMMIT=<git short hash> bash gpu/run.sh campaigns/paper_table.yaml
 #
 # Steps: (1) the bundle's wheels (jsonargparse & co.) into $SITE with pip --no-index --target;
-# (2) the CUDA smoke check, pytest -m gpu tests/gpu (a failure stops here, the state untouched);
+# (2) the CUDA smoke check, pytest -m gpu tests/gpu. A lease is rare, so a failure does not
+# stop the command (SMOKE_FAIL=stop does): it is logged, $OUT/SMOKE_FAILED is written and every
+# results row of this command carries "+smoke-failed" in its commit column, for a later session
+# to read log.txt and keep or drop them (the committed state can be reverted);
 # (3) optionally (STEP_BENCH=1) benchmarks/gpu_step.py on the bundle's data; (4) the campaign on
 # the state folder campaigns/state/<plan> with the seconds left; (5) the state folder, cut into
 # pieces of at most 15 MiB (state.tar.partNN), and log.txt to $OUT. Back here:
 # `gpu/unpack.sh FILES_AT` puts the state in place; commit it. Exit status: the campaign's
 # (0 all done, 3 work left, 1 a job failed), 2 when it did not run.
 #
-# CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py): no smoke
-# check, --accelerator cpu. Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S (seconds kept for
+# CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py):
+# --accelerator cpu, and no smoke check unless SMOKE_DEVICE=cpu (its tests on the CPU;
+# SMOKE_TESTS: which, default tests/gpu). Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S (seconds kept for
 # step 5 and the tool's margin, default 40), CAMPAIGN_ARGS (appended to the campaign's).
 set -uo pipefail
 T0=$(date +%s)
@@ -33,15 +37,25 @@ say "plan $PLAN, state $STATE, limit ${LIMIT_S}s, commit ${COMMIT:-unknown}"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" "$BUNDLE"/wheels/*.whl >>"$LOG" 2>&1 || { say "bundle install failed"; exit 2; }
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+smoke() {
+    timeout 180 "$PY" -m pytest -q -m gpu "${SMOKE_TESTS:-tests/gpu}" -p no:cacheprovider \
+        >>"$LOG" 2>&1
+    SMOKE=$?
+    say "smoke check: exit $SMOKE ($(grep -E '[0-9]+ (passed|failed)' "$LOG" | tail -1))"
+    if [ "$SMOKE" != 0 ]; then
+        [ "${SMOKE_FAIL:-continue}" = stop ] && exit 2
+        say "SMOKE CHECK FAILED: training anyway, results marked +smoke-failed (see above)"
+        COMMIT="${COMMIT:-unknown}+smoke-failed"
+        echo "smoke check exit $SMOKE; see log.txt" >"$OUT/SMOKE_FAILED"
+    fi
+}
 if [ "${CPU:-0}" = 1 ]; then
     ACCELERATOR=cpu
+    [ -n "${SMOKE_DEVICE:-}" ] && GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=$SMOKE_DEVICE smoke
 else
     ACCELERATOR=gpu
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
-    timeout 180 "$PY" -m pytest -q -m gpu tests/gpu -p no:cacheprovider >>"$LOG" 2>&1
-    SMOKE=$?
-    say "CUDA smoke check: exit $SMOKE ($(grep -E '[0-9]+ (passed|failed)' "$LOG" | tail -1))"
-    [ "$SMOKE" = 0 ] || exit 2
+    smoke
 fi
 if [ "${STEP_BENCH:-0}" = 1 ]; then
     timeout 240 "$PY" benchmarks/gpu_step.py --prepared "$BUNDLE/data" >>"$LOG" 2>&1
