@@ -48,15 +48,14 @@ def qed_from_descriptors(mol: Chem.Mol, reused: Sequence[float]) -> float:
         return QED.qed(mol)
     weight, logp, donors, psa, rotatable = reused
     possible = possible_matches(mol)  # a pattern that cannot match is not run
-    alerts = len(QED.StructuralAlerts)
-    acceptors = zip(QED.Acceptors, possible[alerts:alerts + len(QED.Acceptors)], strict=True)
+    acceptors = zip(QED.Acceptors, possible[_ACCEPTORS], strict=True)
     properties = QED.QEDproperties(
         MW=weight, ALOGP=logp,
         HBA=sum(len(mol.GetSubstructMatches(pattern)) for pattern, may in acceptors
                 if may and mol.HasSubstructMatch(pattern)),
         HBD=int(donors), PSA=psa, ROTB=int(rotatable),
         AROM=len(Chem.GetSSSR(Chem.DeleteSubstructs(Chem.Mol(mol), QED.AliphaticRings))),
-        ALERTS=sum(1 for alert, may in zip(QED.StructuralAlerts, possible[:alerts], strict=True)
+        ALERTS=sum(1 for alert, may in zip(QED.StructuralAlerts, possible[_ALERTS], strict=True)
                    if may and mol.HasSubstructMatch(alert)))
     return QED.qed(mol, qedProperties=properties)
 
@@ -71,6 +70,9 @@ def _fragment_pattern(function: Callable) -> Chem.Mol | None:
 #: The patterns screened (``possible_matches``): QED's alerts, its acceptors, RDKit's fragments.
 SCREENED = [*QED.StructuralAlerts, *QED.Acceptors,
             *(_fragment_pattern(function) for _, function in Fragments.fns)]
+#: Where QED's alerts and acceptors sit in :data:`SCREENED`; the fragments follow them.
+_ALERTS = slice(0, len(QED.StructuralAlerts))
+_ACCEPTORS = slice(_ALERTS.stop, _ALERTS.stop + len(QED.Acceptors))
 
 
 @functools.cache
@@ -97,8 +99,8 @@ class ScreenedFragment:
         if _fragment_pattern(function) is None:
             raise ValueError(f"{function!r} is not an RDKit fragment count")
         self.function = function
-        self.column = next(k for k, (_, f) in enumerate(Fragments.fns) if f is function)
-        self.column += len(QED.StructuralAlerts) + len(QED.Acceptors)
+        self.column = _ACCEPTORS.stop + next(k for k, (_, f) in enumerate(Fragments.fns)
+                                             if f is function)
 
     def __call__(self, mol: Chem.Mol) -> int:
         """RDKit's count of the fragment in ``mol``."""
