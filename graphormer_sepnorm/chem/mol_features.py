@@ -197,10 +197,11 @@ class RDKit2D(MolFeatures):
 def _values(functions: Sequence[Any], mol: Chem.Mol, skip: int | None = None) -> list[Any]:
     """Each function's value for ``mol`` as returned, NaN where it raises and at ``skip``."""
     # one list and one conversion (_floats) a molecule, not a _safe call a value: 174 fewer
-    if skip is not None:
-        return [*_values(functions[:skip], mol), math.nan, *_values(functions[skip + 1:], mol)]
     values = []
-    for function in functions:
+    for k, function in enumerate(functions):
+        if k == skip:
+            values.append(math.nan)
+            continue
         try:
             values.append(function(mol))
         except Exception:  # RDKit raises assorted types on odd molecules; the value is unknown
