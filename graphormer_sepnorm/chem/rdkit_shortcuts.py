@@ -17,16 +17,16 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from rdkit import Chem
-from rdkit.Chem import QED, Fragments, MolSurf, rdPartialCharges
+from rdkit.Chem import QED, Fragments, MolSurf, rdMolDescriptors, rdPartialCharges
 from rdkit.Chem.EState import EState_VSA
 from rdkit.Chem.EState.EState import GetPrincipleQuantumNumber
 
 from graphormer_sepnorm.chem.graph_shortcuts import OUTER, mol_tables
 from graphormer_sepnorm.chem.substructure_screen import PatternScreen
 
-__all__ = ["CHARGE_DESCRIPTORS", "QED_REUSED", "VECTOR_FAMILIES", "ChargeDescriptor",
-           "ScreenedFragment", "VectorColumn", "charge_extremes", "estate_indices",
-           "possible_matches", "qed_from_descriptors"]
+__all__ = ["BCUT2D_NAMES", "CHARGE_DESCRIPTORS", "QED_REUSED", "VECTOR_FAMILIES",
+           "ChargeDescriptor", "ScreenedFragment", "VectorColumn", "bcut2d", "charge_extremes",
+           "estate_indices", "possible_matches", "qed_from_descriptors"]
 
 #: RDKit's E-state principal quantum number by atomic number.
 _SHELL = np.array([GetPrincipleQuantumNumber(z) for z in range(len(OUTER))], dtype=np.int64)
@@ -144,19 +144,54 @@ VECTOR_FAMILIES: dict[str, Callable] = {
         ("VSA_EState", EState_VSA.VSA_EState_))}
 _VECTOR_NAME = re.compile(rf"^({'|'.join(VECTOR_FAMILIES)})([1-9][0-9]*)$")
 
+#: RDKit's names of ``rdMolDescriptors.BCUT2D``'s eight values, in its order (``Descriptors``).
+BCUT2D_NAMES = tuple(f"BCUT2D_{s}" for s in (
+    "MWHI", "MWLOW", "CHGHI", "CHGLO", "LOGPHI", "LOGPLOW", "MRHI", "MRLOW"))
+_BURDEN_BONDS = frozenset({Chem.BondType.SINGLE, Chem.BondType.DOUBLE, Chem.BondType.TRIPLE,
+                           Chem.BondType.AROMATIC})
+
+
+def bcut2d(mol: Chem.Mol) -> list[float]:
+    """``rdMolDescriptors.BCUT2D(mol)``, bit for bit, with the Crippen contributions shared.
+
+    RDKit's computes, on a copy without hydrogens, the Gasteiger charges and the Crippen
+    contributions (half its time; ``SMR_VSA``/``SlogP_VSA`` compute the same ones on the molecule
+    and cache them) and the extreme eigenvalues of the Burden matrix with each atom property on
+    its diagonal. Here the same properties go to RDKit's own ``BCUT2D(mol, props)`` (the same
+    matrix and solver), the contributions from the molecule's cache. A molecule with hydrogen
+    atoms (which RDKit's removes first) or another bond type (which it refuses) takes RDKit's.
+    """
+    atoms = list(mol.GetAtoms())
+    if (not atoms or any(atom.GetAtomicNum() == 1 for atom in atoms)
+            or any(bond.GetBondType() not in _BURDEN_BONDS for bond in mol.GetBonds())):
+        return list(rdMolDescriptors.BCUT2D(mol))
+    copy = Chem.Mol(mol)  # charges as RDKit's: 12 iterations, raising where one is unknown
+    rdPartialCharges.ComputeGasteigerCharges(copy, 12, True)
+    charges = [atom.GetDoubleProp("_GasteigerCharge") for atom in copy.GetAtoms()]
+    logp, mr = zip(*rdMolDescriptors._CalcCrippenContribs(mol), strict=True)
+    values: list[float] = []
+    for props in ([atom.GetMass() for atom in atoms], charges, list(logp), list(mr)):
+        values.extend(rdMolDescriptors.BCUT2D(mol, props))
+    return values
+
 
 class VectorColumn:
-    """RDKit's descriptor ``name`` of a :data:`VECTOR_FAMILIES` family, its vector computed once.
+    """RDKit's descriptor ``name``, an entry of a vector of descriptors computed once a molecule.
 
-    RDKit's ``PEOE_VSA1`` .. ``PEOE_VSA14`` each recompute the Gasteiger charges and the whole
-    vector (6.5 us a call) to keep one entry; here the first column computed caches the vector on
-    the molecule (as RDKit caches the other families') and the others read it.
+    The vectors: the :data:`VECTOR_FAMILIES` and :data:`BCUT2D_NAMES` (:func:`bcut2d`). RDKit's
+    ``PEOE_VSA1`` .. ``PEOE_VSA14`` each recompute the Gasteiger charges and the whole vector
+    (6.5 us a call) to keep one entry; here the first column computed caches the vector on the
+    molecule (as RDKit caches the other families' and BCUT2D's) and the others read it.
 
     Args:
         name: RDKit's name of the descriptor, e.g. ``PEOE_VSA3``.
     """
 
     def __init__(self, name: str) -> None:
+        if name in BCUT2D_NAMES:  # RDKit caches its vector (VectorDescriptorWrapper); as here
+            self.family, self.index = bcut2d, BCUT2D_NAMES.index(name)
+            self.attribute = "_graphormerBCUT2D"
+            return
         match = _VECTOR_NAME.match(name)
         if match is None:
             raise ValueError(f"{name!r} is not an entry of {sorted(VECTOR_FAMILIES)}")
@@ -174,8 +209,8 @@ class VectorColumn:
 
     @staticmethod
     def applies(name: str) -> bool:
-        """Whether ``name`` is an entry of a :data:`VECTOR_FAMILIES` family."""
-        return _VECTOR_NAME.match(name) is not None
+        """Whether ``name`` is an entry of a :data:`VECTOR_FAMILIES` family or BCUT2D's."""
+        return _VECTOR_NAME.match(name) is not None or name in BCUT2D_NAMES
 
 
 #: RDKit's descriptors over the extremes of the Gasteiger charges (``Descriptors``).
