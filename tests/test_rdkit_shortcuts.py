@@ -194,3 +194,47 @@ def test_charge_descriptors_are_rdkits():
             for name in sorted(shortcuts.CHARGE_DESCRIPTORS):
                 ours = shortcuts.ChargeDescriptor(functions[name])
                 assert _bits(_value(ours, shared)) == _bits(_value(functions[name], mol)), name
+
+
+# hydrogens on oxygen in each of Crippen's cases (alcohols, phenols, acids, enols, oximes,
+# peroxides, sulfenic and boronic acids, cyanic acid, water, charged and aromatic oxygens) and on
+# other atoms (thiols, phosphines, silanes, aromatic N-H, selenium)
+CRIPPEN_SMILES = [
+    "CO", "Oc1ccccc1", "OC(=O)C", "OC=C", "CC=NO", "OO", "SO", "OB(O)c1ccccc1", "OC#N", "O",
+    "[OH-]", "[OH3+]", "C[OH+]C", "C=[OH+]", "On1ccccc1=O", "Oc1ncccc1", "O[n+]1ccccc1",
+    "OS(=O)(=O)O", "OP(=O)(O)O", "O[Si](C)(C)C", "ON=O", "OC(=S)C", "OC(=N)C", "OCl", "CS",
+    "CP", "C[SiH3]", "c1cc[nH]c1", "[SeH2]", "C[NH3+]", "OC=[O+]C", "Oc1ccco1", "Oc1cccs1",
+]
+
+
+def test_crippen_descriptors_are_rdkits_bit_for_bit():
+    from rdkit.Chem import Crippen, rdMolDescriptors
+
+    from graphormer_sepnorm.chem import crippen_shortcut as crippen
+    shortcut_taken = 0
+    for smiles in SMILES + CRIPPEN_SMILES:
+        for mol in _mols(smiles):
+            for function, ours in [(Crippen.MolLogP, crippen.mol_logp),
+                                   (Crippen.MolMR, crippen.mol_mr)]:
+                assert _bits(_value(ours, mol)) == _bits(_value(function, mol)), smiles
+            shortcut_taken += crippen._hydrogen_labels(mol) is not None
+            shared = Chem.Mol(mol)  # the contributions cached by an earlier descriptor
+            rdMolDescriptors._CalcCrippenContribs(shared)
+            got = crippen.crippen_descriptors(shared)
+            expected = rdMolDescriptors.CalcCrippenDescriptors(Chem.Mol(mol))
+            assert [_bits(v) for v in got] == [_bits(v) for v in expected], smiles
+    assert shortcut_taken > len(SMILES)  # most as parsed, and AddHs's without hydrogens
+
+
+def test_hydrogen_types_by_hand():
+    from graphormer_sepnorm.chem.crippen_shortcut import hydrogen_type
+
+    def on(smiles, index):
+        return hydrogen_type(Chem.MolFromSmiles(smiles).GetAtomWithIdx(index))
+
+    assert [on("CO", 0), on("CO", 1), on("N", 0), on("OC=O", 0), on("OC#N", 0)] == [
+        "H1", "H2", "H3", "H4", "HS"]
+    assert [on("Oc1ccccc1", 0), on("ON=C", 0), on("OO", 0), on("CS", 1)] == [
+        "H2", "H3", "H4", "H2"]
+    assert on("Oc1ncccc1", 0) == "H2" and on("O[n+]1ccccc1", 0) is None  # on c; on n: RDKit's
+    assert on("O", 0) is None and on("[OH-]", 0) is None and on("c1cc[nH]c1", 3) == "H3"

@@ -29,6 +29,7 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
+from graphormer_sepnorm.chem import crippen_shortcut as crippen
 from graphormer_sepnorm.chem import graph_shortcuts as graph
 from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
 from graphormer_sepnorm.chem.rdkit_shortcuts import (
@@ -104,12 +105,14 @@ ESTATE_EXTREMES = frozenset({"MaxEStateIndex", "MinEStateIndex", "MaxAbsEStateIn
                              "MinAbsEStateIndex"})
 
 
-#: Descriptors computed by a shortcut giving RDKit's value to the last bit (``graph_shortcuts``):
-#: RDKit's Python loops over atoms and bonds, from one pass over them a molecule.
+#: Descriptors computed by a shortcut giving RDKit's value to the last bit: RDKit's Python loops
+#: over atoms and bonds, from one pass over them a molecule (``graph_shortcuts``); Crippen's logP
+#: and MR without typing an explicit-hydrogen copy (``crippen_shortcut``).
 SHORTCUTS: dict[str, Any] = {
     "SPS": graph.spacial_score, "BertzCT": graph.bertz_ct, "BalabanJ": graph.balaban_j,
     "AvgIpc": graph.avg_ipc,
-    "Chi0": graph.chi0, "Chi1": graph.chi1, "NumValenceElectrons": graph.num_valence_electrons}
+    "Chi0": graph.chi0, "Chi1": graph.chi1, "NumValenceElectrons": graph.num_valence_electrons,
+    "MolLogP": crippen.mol_logp, "MolMR": crippen.mol_mr}
 
 
 def descriptor_function(name: str, function: Any) -> Any:
