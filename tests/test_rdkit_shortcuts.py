@@ -238,3 +238,18 @@ def test_hydrogen_types_by_hand():
         "H2", "H3", "H4", "H2"]
     assert on("Oc1ncccc1", 0) == "H2" and on("O[n+]1ccccc1", 0) is None  # on c; on n: RDKit's
     assert on("O", 0) is None and on("[OH-]", 0) is None and on("c1cc[nH]c1", 3) == "H3"
+
+
+def test_crippen_takes_rdkits_path_where_rdkit_types_the_reference_hydrogens_otherwise(
+        monkeypatch):
+    from rdkit.Chem import Crippen
+
+    from graphormer_sepnorm.chem import crippen_shortcut as crippen
+    monkeypatch.setattr(crippen, "_REFERENCES", {**crippen._REFERENCES, "H1": ("N", 0)})
+    crippen._hydrogen_contributions.cache_clear()
+    try:
+        assert crippen._hydrogen_contributions() is None
+        mol = Chem.MolFromSmiles("CCO")
+        assert _bits(crippen.mol_logp(mol)) == _bits(Crippen.MolLogP(Chem.Mol(mol)))
+    finally:
+        crippen._hydrogen_contributions.cache_clear()

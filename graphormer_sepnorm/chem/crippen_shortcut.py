@@ -29,8 +29,12 @@ _REFERENCES = {"H1": ("C", 0), "H2": ("CO", 1), "H3": ("N", 0), "H4": ("OC=O", 0
 
 
 @functools.cache
-def _hydrogen_contributions() -> dict[str, tuple[float, float]]:
-    """RDKit's (logP, MR) contribution of each hydrogen type."""
+def _hydrogen_contributions() -> dict[str, tuple[float, float]] | None:
+    """RDKit's (logP, MR) contribution of each hydrogen type, or ``None``.
+
+    ``None`` where this RDKit types the reference hydrogens otherwise: its typing changed, and
+    every molecule then takes RDKit's own path.
+    """
     found = {}
     for label, (smiles, atom) in _REFERENCES.items():
         mol = Chem.AddHs(Chem.MolFromSmiles(smiles))
@@ -39,7 +43,7 @@ def _hydrogen_contributions() -> dict[str, tuple[float, float]]:
         hydrogen = next(n.GetIdx() for n in mol.GetAtomWithIdx(atom).GetNeighbors()
                         if n.GetAtomicNum() == 1)
         if labels[hydrogen] != label:
-            raise RuntimeError(f"RDKit types {smiles}'s hydrogen {labels[hydrogen]}, not {label}")
+            return None
         found[label] = contributions[hydrogen]
     return found
 
@@ -109,11 +113,10 @@ def crippen_descriptors(mol: Chem.Mol) -> tuple[float, float]:
     """
     cached = getattr(mol, "_graphormerCrippen", None)
     if cached is None:
-        labels = _hydrogen_labels(mol)
-        if labels is None:
+        labels, table = _hydrogen_labels(mol), _hydrogen_contributions()
+        if labels is None or table is None:
             cached = tuple(rdMolDescriptors.CalcCrippenDescriptors(mol))
         else:
-            table = _hydrogen_contributions()
             logp = mr = 0.0  # RDKit's sums: heavy atoms, then hydrogens, one after the other
             for a, b in [*rdMolDescriptors._CalcCrippenContribs(mol), *map(table.get, labels)]:
                 logp += a
