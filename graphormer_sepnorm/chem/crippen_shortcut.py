@@ -19,9 +19,13 @@ import functools
 from rdkit import Chem
 from rdkit.Chem import rdMolDescriptors
 
+from graphormer_sepnorm.chem.graph_shortcuts import mol_tables
+
 __all__ = ["crippen_descriptors", "hydrogen_type", "mol_logp", "mol_mr"]
 
 _SINGLE, _DOUBLE = Chem.BondType.SINGLE, Chem.BondType.DOUBLE
+#: :func:`hydrogen_type` of any atom of these elements.
+_ON_ELEMENT = {6: "H1", 7: "H3"}
 #: Molecules (and the atom) whose hydrogens RDKit types as H1, H2, H3, H4 and HS (its labels),
 #: to read their contributions from RDKit itself rather than copy its table.
 _REFERENCES = {"H1": ("C", 0), "H2": ("CO", 1), "H3": ("N", 0), "H4": ("OC=O", 0),
@@ -93,13 +97,14 @@ def hydrogen_type(atom: Chem.Atom) -> str | None:
 
 def _hydrogen_labels(mol: Chem.Mol) -> list[str] | None:
     """The types of the hydrogens RDKit's ``AddHs`` would add, in its order; ``None``: RDKit's."""
+    t = mol_tables(mol)
+    if (t.atomic == 1).any():  # hydrogen atoms already: RDKit's
+        return None
     labels: list[str] = []
-    for atom in mol.GetAtoms():
-        if atom.GetAtomicNum() == 1:  # hydrogen atoms already: RDKit's
-            return None
-        count = atom.GetTotalNumHs()
-        if count:
-            label = hydrogen_type(atom)
+    for index, (number, count) in enumerate(zip(t.atomic.tolist(), t.hydrogens.tolist(),
+                                                strict=True)):
+        if count:  # on C and N (most hydrogens) without reading the atom again
+            label = _ON_ELEMENT.get(number) or hydrogen_type(mol.GetAtomWithIdx(index))
             if label is None:
                 return None
             labels += [label] * count
