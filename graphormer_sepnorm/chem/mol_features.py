@@ -29,23 +29,18 @@ import numpy as np
 from rdkit import Chem
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
-from graphormer_sepnorm.chem import crippen_shortcut as crippen
-from graphormer_sepnorm.chem import graph_shortcuts as graph
 from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
 from graphormer_sepnorm.chem.rdkit_shortcuts import (
-    CHARGE_DESCRIPTORS,
+    ESTATE_EXTREMES,
     QED_REUSED,
-    ChargeDescriptor,
-    ScreenedFragment,
-    VectorColumn,
+    descriptor_function,
     estate_indices,
     qed_from_descriptors,
 )
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
-           "RDKit2D", "RDKit2DFast", "RDKit2DLean", "RDKit2DScreen", "SHORTCUTS",
-           "apply_transform", "build_mol_features", "descriptor_function", "descriptor_spec",
-           "qed_from_descriptors",
+           "RDKit2D", "RDKit2DFast", "RDKit2DLean", "RDKit2DScreen", "apply_transform",
+           "build_mol_features", "descriptor_spec", "qed_from_descriptors",
            "transform_descriptors"]
 
 
@@ -98,40 +93,6 @@ class DescriptorTransform:
         for kind, columns in self.groups.items():
             x[..., columns] = apply_transform(x[..., columns], kind)
         return (np.clip(x, self.lo, self.hi) - self.mean) / self.std
-
-
-#: Descriptors over a molecule's E-state indices that take RDKit's ``force`` (recompute) flag.
-ESTATE_EXTREMES = frozenset({"MaxEStateIndex", "MinEStateIndex", "MaxAbsEStateIndex",
-                             "MinAbsEStateIndex"})
-
-
-#: Descriptors computed by a shortcut giving RDKit's value to the last bit: RDKit's Python loops
-#: over atoms and bonds, from one pass over them a molecule (``graph_shortcuts``); Crippen's logP
-#: and MR without typing an explicit-hydrogen copy (``crippen_shortcut``).
-SHORTCUTS: dict[str, Any] = {
-    "SPS": graph.spacial_score, "BertzCT": graph.bertz_ct, "BalabanJ": graph.balaban_j,
-    "AvgIpc": graph.avg_ipc,
-    "Chi0": graph.chi0, "Chi1": graph.chi1, "NumValenceElectrons": graph.num_valence_electrons,
-    "MolLogP": crippen.mol_logp, "MolMR": crippen.mol_mr}
-
-
-def descriptor_function(name: str, function: Any) -> Any:
-    """The function :class:`RDKit2D` calls for RDKit's descriptor ``name`` (RDKit's ``function``).
-
-    The E-state extremes without recomputing the indices, a shortcut of :data:`SHORTCUTS`, an
-    entry of a VSA family's vector computed once
-    (:class:`~graphormer_sepnorm.chem.rdkit_shortcuts.VectorColumn`), a fragment count screened
-    (:class:`~graphormer_sepnorm.chem.rdkit_shortcuts.ScreenedFragment`), else RDKit's own.
-    """
-    if name in ESTATE_EXTREMES:
-        return functools.partial(function, force=0)
-    if name in SHORTCUTS:
-        return SHORTCUTS[name]
-    if VectorColumn.applies(name):
-        return VectorColumn(name)
-    if name in CHARGE_DESCRIPTORS:
-        return ChargeDescriptor(function)
-    return ScreenedFragment(function) if ScreenedFragment.applies(function) else function
 
 
 class MolFeatures(ABC):

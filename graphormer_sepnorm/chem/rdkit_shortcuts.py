@@ -14,6 +14,7 @@ import functools
 import math
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from rdkit import Chem
@@ -21,12 +22,15 @@ from rdkit.Chem import QED, Fragments, MolSurf, rdMolDescriptors, rdPartialCharg
 from rdkit.Chem.EState import EState_VSA
 from rdkit.Chem.EState.EState import GetPrincipleQuantumNumber
 
+from graphormer_sepnorm.chem import crippen_shortcut as crippen
+from graphormer_sepnorm.chem import graph_shortcuts as graph
 from graphormer_sepnorm.chem.graph_shortcuts import OUTER, mol_tables
 from graphormer_sepnorm.chem.substructure_screen import PatternScreen
 
-__all__ = ["BCUT2D_NAMES", "CHARGE_DESCRIPTORS", "QED_REUSED", "VECTOR_FAMILIES",
-           "ChargeDescriptor", "ScreenedFragment", "VectorColumn", "bcut2d", "charge_extremes",
-           "estate_indices", "possible_matches", "qed_from_descriptors"]
+__all__ = ["BCUT2D_NAMES", "CHARGE_DESCRIPTORS", "ESTATE_EXTREMES", "QED_REUSED", "SHORTCUTS",
+           "VECTOR_FAMILIES", "ChargeDescriptor", "ScreenedFragment", "VectorColumn", "bcut2d",
+           "charge_extremes", "descriptor_function", "estate_indices", "possible_matches",
+           "qed_from_descriptors"]
 
 #: RDKit's E-state principal quantum number by atomic number.
 _SHELL = np.array([GetPrincipleQuantumNumber(z) for z in range(len(OUTER))], dtype=np.int64)
@@ -147,8 +151,9 @@ _VECTOR_NAME = re.compile(rf"^({'|'.join(VECTOR_FAMILIES)})([1-9][0-9]*)$")
 #: RDKit's names of ``rdMolDescriptors.BCUT2D``'s eight values, in its order (``Descriptors``).
 BCUT2D_NAMES = tuple(f"BCUT2D_{s}" for s in (
     "MWHI", "MWLOW", "CHGHI", "CHGLO", "LOGPHI", "LOGPLOW", "MRHI", "MRLOW"))
-_BURDEN_BONDS = frozenset({Chem.BondType.SINGLE, Chem.BondType.DOUBLE, Chem.BondType.TRIPLE,
-                           Chem.BondType.AROMATIC})
+#: The bond types (``int(BondType)``) RDKit's Burden matrix has a weight for; it refuses others.
+_BURDEN_BONDS = np.array([int(Chem.BondType.SINGLE), int(Chem.BondType.DOUBLE),
+                          int(Chem.BondType.TRIPLE), int(Chem.BondType.AROMATIC)])
 
 
 def bcut2d(mol: Chem.Mol) -> list[float]:
@@ -161,16 +166,18 @@ def bcut2d(mol: Chem.Mol) -> list[float]:
     matrix and solver), the contributions from the molecule's cache. A molecule with hydrogen
     atoms (which RDKit's removes first) or another bond type (which it refuses) takes RDKit's.
     """
-    atoms = list(mol.GetAtoms())
-    if (not atoms or any(atom.GetAtomicNum() == 1 for atom in atoms)
-            or any(bond.GetBondType() not in _BURDEN_BONDS for bond in mol.GetBonds())):
+    t = mol_tables(mol)
+    count = len(t.atomic)
+    if not count or (t.atomic == 1).any() or not np.isin(t.bond_type, _BURDEN_BONDS).all():
         return list(rdMolDescriptors.BCUT2D(mol))
     copy = Chem.Mol(mol)  # charges as RDKit's: 12 iterations, raising where one is unknown
     rdPartialCharges.ComputeGasteigerCharges(copy, 12, True)
-    charges = [atom.GetDoubleProp("_GasteigerCharge") for atom in copy.GetAtoms()]
+    # atoms by index: RDKit's GetAtoms iterator costs about 0.7 us an atom
+    charges = [a.GetDoubleProp("_GasteigerCharge") for a in map(copy.GetAtomWithIdx, range(count))]
+    masses = [atom.GetMass() for atom in map(mol.GetAtomWithIdx, range(count))]
     logp, mr = zip(*rdMolDescriptors._CalcCrippenContribs(mol), strict=True)
     values: list[float] = []
-    for props in ([atom.GetMass() for atom in atoms], charges, list(logp), list(mr)):
+    for props in (masses, charges, list(logp), list(mr)):
         values.extend(rdMolDescriptors.BCUT2D(mol, props))
     return values
 
@@ -248,3 +255,37 @@ class ChargeDescriptor:
         if not hasattr(mol, "_chargeDescriptors"):  # as Descriptors._ChargeDescriptors caches
             mol._chargeDescriptors = charge_extremes(mol)
         return self.function(mol)
+
+
+#: Descriptors over a molecule's E-state indices that take RDKit's ``force`` (recompute) flag.
+ESTATE_EXTREMES = frozenset({"MaxEStateIndex", "MinEStateIndex", "MaxAbsEStateIndex",
+                             "MinAbsEStateIndex"})
+
+
+#: Descriptors computed by a shortcut giving RDKit's value to the last bit: RDKit's Python loops
+#: over atoms and bonds, from one pass over them a molecule (``graph_shortcuts``); Crippen's logP
+#: and MR without typing an explicit-hydrogen copy (``crippen_shortcut``).
+SHORTCUTS: dict[str, Any] = {
+    "SPS": graph.spacial_score, "BertzCT": graph.bertz_ct, "BalabanJ": graph.balaban_j,
+    "AvgIpc": graph.avg_ipc,
+    "Chi0": graph.chi0, "Chi1": graph.chi1, "NumValenceElectrons": graph.num_valence_electrons,
+    "MolLogP": crippen.mol_logp, "MolMR": crippen.mol_mr}
+
+
+def descriptor_function(name: str, function: Any) -> Any:
+    """What ``mol_features.RDKit2D`` calls for RDKit's descriptor ``name`` (RDKit's ``function``).
+
+    The E-state extremes without recomputing the indices, a shortcut of :data:`SHORTCUTS`, an
+    entry of a VSA family's vector computed once
+    (:class:`VectorColumn`), a fragment count screened (:class:`ScreenedFragment`), else
+    RDKit's own.
+    """
+    if name in ESTATE_EXTREMES:
+        return functools.partial(function, force=0)
+    if name in SHORTCUTS:
+        return SHORTCUTS[name]
+    if VectorColumn.applies(name):
+        return VectorColumn(name)
+    if name in CHARGE_DESCRIPTORS:
+        return ChargeDescriptor(function)
+    return ScreenedFragment(function) if ScreenedFragment.applies(function) else function
