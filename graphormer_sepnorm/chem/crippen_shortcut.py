@@ -24,7 +24,7 @@ from graphormer_sepnorm.chem.graph_shortcuts import mol_tables
 __all__ = ["crippen_descriptors", "hydrogen_type", "mol_logp", "mol_mr"]
 
 _SINGLE, _DOUBLE = Chem.BondType.SINGLE, Chem.BondType.DOUBLE
-#: :func:`hydrogen_type` of any atom of these elements.
+#: The type of a hydrogen on any atom of these elements: [#1][#6,#1], then [#1][#7].
 _ON_ELEMENT = {6: "H1", 7: "H3"}
 #: Molecules (and the atom) whose hydrogens RDKit types as H1, H2, H3, H4 and HS (its labels),
 #: to read their contributions from RDKit itself rather than copy its table.
@@ -84,10 +84,8 @@ def _oxygen_hydrogen_type(oxygen: Chem.Atom) -> str | None:
 def hydrogen_type(atom: Chem.Atom) -> str | None:
     """RDKit's Crippen type of a hydrogen on ``atom`` (``H1`` .. ``HS``), or ``None``: RDKit's."""
     number = atom.GetAtomicNum()
-    if number == 6:
-        return "H1"  # [#1][#6,#1]
-    if number == 7:
-        return "H3"  # [#1][#7]
+    if number in _ON_ELEMENT:
+        return _ON_ELEMENT[number]
     if number == 8:
         return _oxygen_hydrogen_type(atom)
     if number in (1, 0) or atom.GetIsAromatic():
