@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from rdkit import Chem, RDLogger
 from rdkit.Chem import QED, Descriptors, Fragments, Graphs, SpacialScore
+from rdkit_values import assert_rdkits
 
 from graphormer_sepnorm.chem import graph_shortcuts as graph
 from graphormer_sepnorm.chem import mol_features as mf
@@ -121,8 +122,7 @@ def test_rdkit2d_uses_the_shortcuts_and_gives_rdkits_raw_values():
         for mol in _mols(smiles):
             expected = np.array([mf._safe(functions[n], Chem.Mol(mol)) for n in names])
             got = features.raw(Chem.Mol(mol))
-            same = (got == expected) | (np.isnan(got) & np.isnan(expected))
-            assert same.all(), (smiles, [n for n, s in zip(names, same, strict=True) if not s])
+            assert_rdkits(got, expected, names, smiles)
             assert not math.isnan(got[names.index("MolWt")])
 
 

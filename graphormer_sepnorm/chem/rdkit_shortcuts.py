@@ -5,7 +5,8 @@ molecule; some recompute what others already did (QED's properties repeat five o
 in Python (the E-state indices over all atom pairs) or run substructure matches that cannot
 succeed (QED's alerts, the ``fr_*`` fragment counts: see ``substructure_screen``). These give
 RDKit's values, to the last bit (tested against RDKit's own functions), without the repeated,
-interpreted or hopeless work.
+interpreted or hopeless work; the exception is :data:`ROUNDED` (Chi 2-4 from one walk over the
+paths, ``path_shortcuts``): RDKit's terms summed in another order, equal within rounding.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from rdkit.Chem.EState.EState import GetPrincipleQuantumNumber
 from graphormer_sepnorm.chem import crippen_shortcut as crippen
 from graphormer_sepnorm.chem import graph_shortcuts as graph
 from graphormer_sepnorm.chem.graph_shortcuts import OUTER, mol_tables
+from graphormer_sepnorm.chem.path_shortcuts import PATH_SHORTCUTS, ROUNDED
 from graphormer_sepnorm.chem.substructure_screen import PatternScreen
 
-__all__ = ["BCUT2D_NAMES", "CHARGE_DESCRIPTORS", "ESTATE_EXTREMES", "QED_REUSED", "SHORTCUTS",
-           "VECTOR_FAMILIES", "ChargeDescriptor", "ScreenedFragment", "VectorColumn", "bcut2d",
+__all__ = ["BCUT2D_NAMES", "CHARGE_DESCRIPTORS", "ESTATE_EXTREMES", "QED_REUSED", "ROUNDED",
+           "SHORTCUTS", "VECTOR_FAMILIES", "ChargeDescriptor", "ScreenedFragment", "VectorColumn",
+           "bcut2d",
            "charge_extremes", "descriptor_function", "estate_indices", "possible_matches",
            "qed_from_descriptors"]
 
@@ -262,14 +265,16 @@ ESTATE_EXTREMES = frozenset({"MaxEStateIndex", "MinEStateIndex", "MaxAbsEStateIn
                              "MinAbsEStateIndex"})
 
 
-#: Descriptors computed by a shortcut giving RDKit's value to the last bit: RDKit's Python loops
-#: over atoms and bonds, from one pass over them a molecule (``graph_shortcuts``); Crippen's logP
-#: and MR without typing an explicit-hydrogen copy (``crippen_shortcut``).
+#: Descriptors computed by a shortcut giving RDKit's value to the last bit (:data:`ROUNDED`:
+#: within rounding): RDKit's Python loops over atoms and bonds, from one pass over them a
+#: molecule (``graph_shortcuts``); Crippen's logP and MR without typing an explicit-hydrogen
+#: copy (``crippen_shortcut``); the descriptors over paths of 2-4 bonds from one walk over them
+#: (``path_shortcuts``).
 SHORTCUTS: dict[str, Any] = {
     "SPS": graph.spacial_score, "BertzCT": graph.bertz_ct, "BalabanJ": graph.balaban_j,
     "AvgIpc": graph.avg_ipc,
     "Chi0": graph.chi0, "Chi1": graph.chi1, "NumValenceElectrons": graph.num_valence_electrons,
-    "MolLogP": crippen.mol_logp, "MolMR": crippen.mol_mr}
+    "MolLogP": crippen.mol_logp, "MolMR": crippen.mol_mr, **PATH_SHORTCUTS}
 
 
 def descriptor_function(name: str, function: Any) -> Any:
