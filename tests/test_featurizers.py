@@ -127,12 +127,14 @@ def test_single_atom_and_salt(featurizer):
                'FC(F)=C(F)F', 'c1ccc2[nH]ccc2c1'])
 def test_ogb_equals_smiles2graph(smiles):
     ref = smiles2graph(smiles)
-    g = OgbFeaturizer()(smiles)
-    check_shapes(g, 9, 3)
-    assert np.array_equal(g.x.numpy(), ref['node_feat'])
-    assert np.array_equal(g.edge_index.numpy(), ref['edge_index'])
-    assert np.array_equal(g.edge_attr.numpy(), ref['edge_feat'])
-    assert g.num_nodes == ref['num_nodes']
+    # with descriptors, the atom tables are read by them first (and shared): still OGB's
+    for featurizer in (OgbFeaturizer(), OgbFeaturizer(mol_features=['rdkit2d'])):
+        g = featurizer(smiles)
+        check_shapes(g, 9, 3)
+        assert np.array_equal(g.x.numpy(), ref['node_feat'])
+        assert np.array_equal(g.edge_index.numpy(), ref['edge_index'])
+        assert np.array_equal(g.edge_attr.numpy(), ref['edge_feat'])
+        assert g.num_nodes == ref['num_nodes']
 
 
 def test_ogb_dims():
@@ -215,19 +217,34 @@ def test_max_atoms(featurizer_cls):
 
 
 def test_ogb_guards(monkeypatch):
-    def atropisomer(bond):
-        raise ValueError("'STEREOATROPCW' is not in list")
+    def atropisomer(tables):  # RDKit's STEREOATROPCW, which OGB's stereo list lacks
+        return np.array([[0, -1, 0]] * len(tables.begin))
 
-    monkeypatch.setattr(fz, 'bond_features', atropisomer)
-    with pytest.raises(FeaturizationError, match='bond stereo .* not in the OGB vocabulary'):
+    monkeypatch.setattr(fz, 'bond_matrix', atropisomer)
+    with pytest.raises(FeaturizationError,
+                       match='bond stereo STEREONONE between atoms 0 and 1 not in the OGB vocab'):
         OgbFeaturizer()('CC')
     monkeypatch.undo()
-    monkeypatch.setattr(fz, 'atom_features', lambda atom: [999] + [0] * 8)
+    monkeypatch.setattr(fz, 'atom_matrix', lambda tables: np.array([[999] + [0] * 8] * 2))
     with pytest.raises(FeaturizationError, match='atom feature outside the ogb vocabulary'):
         OgbFeaturizer()('CC')
-    monkeypatch.setattr(fz, 'atom_features', lambda atom: 1 / 0)
+    monkeypatch.setattr(fz, 'atom_matrix', lambda tables: 1 / 0)
     with pytest.raises(FeaturizationError, match='could not featurize'):
         OgbFeaturizer()('CC')
+
+
+def test_ogb_dense_lookups_are_ogbs_own_outside_their_span():
+    from rdkit import Chem
+
+    from graphormer_sepnorm.chem import ogb_features as of
+
+    charge = of._ATOM_COLUMNS[3]  # spans -8..8; OGB's list -5..5 and 'misc'
+    values = np.array([-12, -5, 0, 5, 6, 12])
+    expected = [of.ogb.safe_index(of.ogb.allowable_features['possible_formal_charge_list'], v)
+                for v in values.tolist()]
+    assert charge(values).tolist() == expected  # one by one: two values outside the span
+    assert charge(values[1:5]).tolist() == expected[1:5]  # the array
+    assert of._BOND_STEREO_COLUMN(np.array([int(Chem.BondStereo.STEREOATROPCW)])).tolist() == [-1]
 
 
 @pytest.mark.parametrize('featurizer', [ZincFeaturizer(max_atoms=64), OgbFeaturizer(),

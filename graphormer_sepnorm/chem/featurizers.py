@@ -22,9 +22,10 @@ from ogb.utils import features as ogb_features
 from rdkit import Chem, rdBase
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.chem.graph_shortcuts import mol_tables
 from graphormer_sepnorm.chem.layout import feature_columns
 from graphormer_sepnorm.chem.mol_features import MolFeatures, build_mol_features
-from graphormer_sepnorm.chem.ogb_features import atom_features, bond_features
+from graphormer_sepnorm.chem.ogb_features import atom_matrix, bond_matrix
 from graphormer_sepnorm.chem.smiles import FeaturizationError, parse_smiles
 
 __all__ = ['ZINC_ATOM_VOCAB', 'FeaturizationError', 'Featurizer', 'GraphArrays', 'OgbFeaturizer',
@@ -262,21 +263,17 @@ class OgbFeaturizer(Featurizer):
         self.edge_feature_dims = list(ogb_features.get_bond_feature_dims())
 
     def _featurize(self, mol: Chem.Mol) -> GraphArrays:
-        x = [atom_features(atom) for atom in _atoms(mol)]
-        pairs: list[tuple[int, int]] = []
-        feats: list[list[int]] = []
-        for bond in _bonds(mol):
-            i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
-            try:
-                feat = bond_features(bond)
-            except ValueError:  # OGB indexes bond stereo without a 'misc' fallback
-                raise FeaturizationError(f'bond stereo {bond.GetStereo().name} between atoms {i} '
-                                         f'and {j} not in the OGB vocabulary') from None
-            pairs += [(i, j), (j, i)]
-            feats += [feat, feat]
-        return GraphArrays(np.array(x, dtype=np.int64),
-                           np.array(pairs, dtype=np.int64).reshape(-1, 2).T.copy(),
-                           np.array(feats, dtype=np.int64).reshape(-1, len(self.edge_feature_dims)))
+        tables = mol_tables(mol)  # read once a molecule: the RDKit descriptors read them too
+        stereo_missing = np.flatnonzero(bond_matrix(tables)[:, 1] < 0)
+        if stereo_missing.size:  # OGB indexes bond stereo without a 'misc' fallback
+            bond = mol.GetBondWithIdx(int(stereo_missing[0]))
+            raise FeaturizationError(
+                f'bond stereo {bond.GetStereo().name} between atoms {bond.GetBeginAtomIdx()} '
+                f'and {bond.GetEndAtomIdx()} not in the OGB vocabulary')
+        # per bond (i, j) then (j, i), as smiles2graph
+        pairs = np.stack([tables.begin, tables.end, tables.end, tables.begin], 1).reshape(-1, 2)
+        return GraphArrays(atom_matrix(tables), pairs.T.copy(),
+                           np.repeat(bond_matrix(tables), 2, axis=0))
 
 
 _REGISTRY: dict[str, type[Featurizer]] = {'zinc': ZincFeaturizer, 'ogb': OgbFeaturizer}

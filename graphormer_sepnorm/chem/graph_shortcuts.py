@@ -29,7 +29,11 @@ _DOUBLE = int(Chem.BondType.DOUBLE)
 
 
 class MolTables(NamedTuple):
-    """Per atom and per bond (in RDKit's index order), the properties the shortcuts read."""
+    """Per atom and per bond (in RDKit's index order), the properties the shortcuts read.
+
+    Also what OGB's atom and bond features read (``ogb_features``), so a molecule's atoms are
+    read once for both.
+    """
 
     atomic: np.ndarray  # atomic number
     aromatic: np.ndarray  # bool
@@ -38,10 +42,18 @@ class MolTables(NamedTuple):
     hydrogens: np.ndarray  # GetTotalNumHs
     hybrid: np.ndarray  # int(GetHybridization())
     ring: np.ndarray  # bool, IsInRing
+    chirality: np.ndarray  # int(GetChiralTag())
+    radicals: np.ndarray  # GetNumRadicalElectrons
     begin: np.ndarray  # bond's begin atom
     end: np.ndarray  # bond's end atom
     bond_type: np.ndarray  # int(GetBondType())
+    bond_stereo: np.ndarray  # int(GetStereo())
+    conjugated: np.ndarray  # bool, GetIsConjugated
     bond_order: list[float]  # 1.5 for aromatic bonds, else GetBondTypeAsDouble (BertzCT's)
+
+
+_ATOM_TYPES = (np.int64, bool, np.int64, np.int64, np.int64, np.int64, bool, np.int64, np.int64)
+_BOND_TYPES = (np.int64, np.int64, np.int64, np.int64, bool)
 
 
 def mol_tables(mol: Chem.Mol) -> MolTables:
@@ -50,16 +62,18 @@ def mol_tables(mol: Chem.Mol) -> MolTables:
     if cached is None:
         atoms = list(map(mol.GetAtomWithIdx, range(mol.GetNumAtoms())))
         rows = [(a.GetAtomicNum(), a.GetIsAromatic(), a.GetFormalCharge(), a.GetDegree(),
-                 a.GetTotalNumHs(), int(a.GetHybridization()), a.IsInRing()) for a in atoms]
+                 a.GetTotalNumHs(), int(a.GetHybridization()), a.IsInRing(),
+                 int(a.GetChiralTag()), a.GetNumRadicalElectrons()) for a in atoms]
         bonds = list(map(mol.GetBondWithIdx, range(mol.GetNumBonds())))
         links = [(b.GetBeginAtomIdx(), b.GetEndAtomIdx(), int(b.GetBondType()),
+                  int(b.GetStereo()), b.GetIsConjugated(),
                   1.5 if b.GetIsAromatic() else b.GetBondTypeAsDouble()) for b in bonds]
         atom_columns = [np.array(c, dtype=t) for c, t in zip(
-            zip(*rows, strict=True) if rows else [()] * 7,
-            (np.int64, bool, np.int64, np.int64, np.int64, np.int64, bool), strict=True)]
-        bond_columns = list(zip(*links, strict=True)) if links else [()] * 4
-        cached = MolTables(*atom_columns, *(np.array(c, dtype=np.int64) for c in bond_columns[:3]),
-                           list(bond_columns[3]))
+            zip(*rows, strict=True) if rows else [()] * len(_ATOM_TYPES), _ATOM_TYPES,
+            strict=True)]
+        bond_columns = list(zip(*links, strict=True)) if links else [()] * 6
+        cached = MolTables(*atom_columns, *(np.array(c, dtype=t) for c, t in zip(
+            bond_columns[:5], _BOND_TYPES, strict=True)), list(bond_columns[5]))
         mol._graphormerTables = cached
     return cached
 
