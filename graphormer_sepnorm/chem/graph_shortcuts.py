@@ -17,8 +17,9 @@ from rdkit import Chem
 from rdkit.Chem import GraphDescriptors, rdmolops
 from rdkit.ML.InfoTheory import entropy
 
-__all__ = ["MolTables", "avg_ipc", "balaban_j", "bertz_ct", "characteristic_polynomial", "chi0",
-           "chi1", "mol_tables", "num_valence_electrons", "spacial_score"]
+__all__ = ["MolTables", "avg_ipc", "balaban_j", "bertz_ct", "cached_tables",
+           "characteristic_polynomial", "chi0", "chi1", "mol_tables", "num_valence_electrons",
+           "spacial_score"]
 
 _TABLE = Chem.GetPeriodicTable()
 #: Outer-shell electrons by atomic number (RDKit's periodic table).
@@ -32,7 +33,7 @@ class MolTables(NamedTuple):
     """Per atom and per bond (in RDKit's index order), the properties the shortcuts read.
 
     Also what OGB's atom and bond features read (``ogb_features``), so a molecule's atoms are
-    read once for both.
+    read once for both. The atom columns are views of ``atoms``, the bond columns of ``bonds``.
     """
 
     atomic: np.ndarray  # atomic number
@@ -50,10 +51,8 @@ class MolTables(NamedTuple):
     bond_stereo: np.ndarray  # int(GetStereo())
     conjugated: np.ndarray  # bool, GetIsConjugated
     bond_order: list[float]  # 1.5 for aromatic bonds, else GetBondTypeAsDouble (BertzCT's)
-
-
-_ATOM_TYPES = (np.int64, bool, np.int64, np.int64, np.int64, np.int64, bool, np.int64, np.int64)
-_BOND_TYPES = (np.int64, np.int64, np.int64, np.int64, bool)
+    atoms: np.ndarray  # [N, 9] int64: the atom columns above, in their order
+    bonds: np.ndarray  # [E, 5] int64: the bond columns above, in their order
 
 
 def mol_tables(mol: Chem.Mol) -> MolTables:
@@ -68,14 +67,22 @@ def mol_tables(mol: Chem.Mol) -> MolTables:
         links = [(b.GetBeginAtomIdx(), b.GetEndAtomIdx(), int(b.GetBondType()),
                   int(b.GetStereo()), b.GetIsConjugated(),
                   1.5 if b.GetIsAromatic() else b.GetBondTypeAsDouble()) for b in bonds]
-        atom_columns = [np.array(c, dtype=t) for c, t in zip(
-            zip(*rows, strict=True) if rows else [()] * len(_ATOM_TYPES), _ATOM_TYPES,
-            strict=True)]
-        bond_columns = list(zip(*links, strict=True)) if links else [()] * 6
-        cached = MolTables(*atom_columns, *(np.array(c, dtype=t) for c, t in zip(
-            bond_columns[:5], _BOND_TYPES, strict=True)), list(bond_columns[5]))
+        atom_rows = np.array(rows, dtype=np.int64).reshape(-1, 9)  # one conversion, not nine
+        link_rows = np.array(links, dtype=np.float64).reshape(-1, 6)  # small ints: exact
+        bond_rows = link_rows[:, :5].astype(np.int64)
+        columns = list(atom_rows.T)
+        columns[1], columns[6] = columns[1].astype(bool), columns[6].astype(bool)
+        links_columns = list(bond_rows.T)
+        links_columns[4] = links_columns[4].astype(bool)
+        cached = MolTables(*columns, *links_columns, link_rows[:, 5].tolist(), atom_rows,
+                           bond_rows)
         mol._graphormerTables = cached
     return cached
+
+
+def cached_tables(mol: Chem.Mol) -> MolTables | None:
+    """The molecule's :class:`MolTables` if :func:`mol_tables` has read them, else ``None``."""
+    return getattr(mol, "_graphormerTables", None)
 
 
 def num_valence_electrons(mol: Chem.Mol) -> int:
