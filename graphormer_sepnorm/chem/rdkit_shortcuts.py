@@ -5,8 +5,8 @@ molecule; some recompute what others already did (QED's properties repeat five o
 in Python (the E-state indices over all atom pairs) or run substructure matches that cannot
 succeed (QED's alerts, the ``fr_*`` fragment counts: see ``substructure_screen``). These give
 RDKit's values, to the last bit (tested against RDKit's own functions), without the repeated,
-interpreted or hopeless work; the exception is :data:`ROUNDED` (Chi 2-4 from one walk over the
-paths, ``path_shortcuts``): RDKit's terms summed in another order, equal within rounding.
+interpreted or hopeless work; the exceptions are :data:`ROUNDED` (Chi 2-4 from one walk over
+the paths, ``path_shortcuts``; BCUT2D's eigenvalues from numpy's solver): equal within rounding.
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ from typing import Any
 
 import numpy as np
 from rdkit import Chem
-from rdkit.Chem import QED, Fragments, MolSurf, rdMolDescriptors, rdPartialCharges
+from rdkit.Chem import QED, Fragments, MolSurf, rdPartialCharges
 from rdkit.Chem.EState import EState_VSA
 from rdkit.Chem.EState.EState import GetPrincipleQuantumNumber
 
 from graphormer_sepnorm.chem import crippen_shortcut as crippen
 from graphormer_sepnorm.chem import graph_shortcuts as graph
+from graphormer_sepnorm.chem.bcut_shortcut import BCUT2D_NAMES, bcut2d
 from graphormer_sepnorm.chem.graph_shortcuts import OUTER, mol_tables
-from graphormer_sepnorm.chem.path_shortcuts import PATH_SHORTCUTS, ROUNDED
+from graphormer_sepnorm.chem.path_shortcuts import PATH_SHORTCUTS
+from graphormer_sepnorm.chem.path_shortcuts import ROUNDED as PATH_ROUNDED
 from graphormer_sepnorm.chem.substructure_screen import PatternScreen
 
 __all__ = ["BCUT2D_NAMES", "CHARGE_DESCRIPTORS", "ESTATE_EXTREMES", "QED_REUSED", "ROUNDED",
@@ -151,38 +153,9 @@ VECTOR_FAMILIES: dict[str, Callable] = {
         ("VSA_EState", EState_VSA.VSA_EState_))}
 _VECTOR_NAME = re.compile(rf"^({'|'.join(VECTOR_FAMILIES)})([1-9][0-9]*)$")
 
-#: RDKit's names of ``rdMolDescriptors.BCUT2D``'s eight values, in its order (``Descriptors``).
-BCUT2D_NAMES = tuple(f"BCUT2D_{s}" for s in (
-    "MWHI", "MWLOW", "CHGHI", "CHGLO", "LOGPHI", "LOGPLOW", "MRHI", "MRLOW"))
-#: The bond types (``int(BondType)``) RDKit's Burden matrix has a weight for; it refuses others.
-_BURDEN_BONDS = np.array([int(Chem.BondType.SINGLE), int(Chem.BondType.DOUBLE),
-                          int(Chem.BondType.TRIPLE), int(Chem.BondType.AROMATIC)])
-
-
-def bcut2d(mol: Chem.Mol) -> list[float]:
-    """``rdMolDescriptors.BCUT2D(mol)``, bit for bit, with the Crippen contributions shared.
-
-    RDKit's computes, on a copy without hydrogens, the Gasteiger charges and the Crippen
-    contributions (half its time; ``SMR_VSA``/``SlogP_VSA`` compute the same ones on the molecule
-    and cache them) and the extreme eigenvalues of the Burden matrix with each atom property on
-    its diagonal. Here the same properties go to RDKit's own ``BCUT2D(mol, props)`` (the same
-    matrix and solver), the contributions from the molecule's cache. A molecule with hydrogen
-    atoms (which RDKit's removes first) or another bond type (which it refuses) takes RDKit's.
-    """
-    t = mol_tables(mol)
-    count = len(t.atomic)
-    if not count or (t.atomic == 1).any() or not np.isin(t.bond_type, _BURDEN_BONDS).all():
-        return list(rdMolDescriptors.BCUT2D(mol))
-    copy = Chem.Mol(mol)  # charges as RDKit's: 12 iterations, raising where one is unknown
-    rdPartialCharges.ComputeGasteigerCharges(copy, 12, True)
-    # atoms by index: RDKit's GetAtoms iterator costs about 0.7 us an atom
-    charges = [a.GetDoubleProp("_GasteigerCharge") for a in map(copy.GetAtomWithIdx, range(count))]
-    masses = [atom.GetMass() for atom in map(mol.GetAtomWithIdx, range(count))]
-    logp, mr = zip(*rdMolDescriptors._CalcCrippenContribs(mol), strict=True)
-    values: list[float] = []
-    for props in (masses, charges, list(logp), list(mr)):
-        values.extend(rdMolDescriptors.BCUT2D(mol, props))
-    return values
+#: Descriptors whose shortcut gives RDKit's value within rounding, not to the last bit: the same
+#: terms in another order (Chi 2-4), the same matrices through another eigensolver (BCUT2D).
+ROUNDED = PATH_ROUNDED | frozenset(BCUT2D_NAMES)
 
 
 class VectorColumn:
