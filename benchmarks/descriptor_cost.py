@@ -1,10 +1,12 @@
 r"""What each of the ``rdkit2d`` molecule features' 174 RDKit descriptors costs, on one thread.
 
 Times the descriptors of ``graphormer_sepnorm/rdkit2d_descriptors.json`` as
-:class:`~graphormer_sepnorm.chem.mol_features.RDKit2D` computes them: the RDKit functions of
-``Descriptors.descList``, in the spec's order, on the same molecule object one after the other
+:class:`~graphormer_sepnorm.chem.mol_features.RDKit2D` computes them: its functions (RDKit's
+own from ``Descriptors.descList``, or the shortcuts of ``chem.rdkit_shortcuts`` that give their
+values), in the spec's order, on the same molecule object one after the other
 (several RDKit descriptors cache work on the molecule, e.g. Gasteiger charges or Crippen
-contributions, and the first one to need it pays), then the recorded transforms. Per descriptor:
+contributions, and the first one to need it pays; QED last, from the five descriptors it
+reuses), then the recorded transforms. Per descriptor:
 
 - ``seq ms``: its CPU time in that order (molecule by molecule, each call timed with the
   thread's CPU clock, the clock's own cost subtracted), so the column sums to the raw
@@ -34,7 +36,9 @@ for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
+import functools  # noqa: E402
 import itertools  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -53,6 +57,7 @@ from graphormer_sepnorm.chem.mol_features import (  # noqa: E402
     _safe,
     transform_descriptors,
 )
+from graphormer_sepnorm.chem.rdkit_shortcuts import qed_from_descriptors  # noqa: E402
 from graphormer_sepnorm.chem.smiles import parse_smiles  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,18 +94,19 @@ def timer_overhead(samples: int = 100_000) -> float:
     return float(np.median(gaps))
 
 
-def descriptor_times(mols: Sequence[Chem.Mol], functions: Sequence[Callable], repeats: int
+def descriptor_times(mols: Sequence[Chem.Mol], rdkit2d: RDKit2D, repeats: int
                      ) -> tuple[np.ndarray, np.ndarray]:
     """Per descriptor, CPU seconds over all molecules: in sequence, and alone (fresh molecules).
 
     Both loop as ``RDKit2D`` does, molecule by molecule and each molecule's descriptors in order
     (looping descriptor by descriptor over the molecules runs about a third faster, the CPU's
-    caches staying warm, and would understate the real cost), each call timed on its own with
-    the thread's CPU clock, less the clock's own cost (:func:`timer_overhead`).
+    caches staying warm, and would understate the real cost), QED last from the five values it
+    reuses (``qed_from_descriptors``), each call timed on its own with the thread's CPU clock,
+    less the clock's own cost (:func:`timer_overhead`).
 
     Args:
         mols: the parsed molecules, never given to a descriptor (copies are).
-        functions: the descriptor functions, in the order ``RDKit2D`` calls them.
+        rdkit2d: the descriptors, their functions in the order ``RDKit2D`` calls them.
         repeats: the least of this many runs is kept, per descriptor.
 
     Returns:
@@ -109,18 +115,23 @@ def descriptor_times(mols: Sequence[Chem.Mol], functions: Sequence[Callable], re
     """
     clock = time.thread_time_ns
     overhead = timer_overhead()
+    functions = list(rdkit2d.functions)
+    qed_at = rdkit2d._qed_at  # RDKit2D computes QED after the others, from five of them
+    order = [k for k in range(len(functions)) if k != qed_at] + ([qed_at] * (qed_at is not None))
     seq = np.full(len(functions), np.inf)
     alone = np.full(len(functions), np.inf)
     for _ in range(repeats):
         for fresh, best in ((False, seq), (True, alone)):
             spent = np.zeros(len(functions))
             for original in mols:
-                mol = Chem.Mol(original)
-                for k, function in enumerate(functions):
+                mol, values = Chem.Mol(original), [math.nan] * len(functions)
+                for k in order:
                     if fresh:
                         mol = Chem.Mol(original)
+                    function = functions[k] if k != qed_at else functools.partial(
+                        qed_from_descriptors, reused=[values[i] for i in rdkit2d._reused])
                     started = clock()
-                    _safe(function, mol)
+                    values[k] = _safe(function, mol)
                     spent[k] += clock() - started - overhead
             np.minimum(best, spent * 1e-9, out=best)
     return seq, alone
@@ -222,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         "morgan]).arrays`, parsing included)":
             cpu_seconds(lambda: [full.arrays(s) for s in smiles], args.repeats),
     }
-    seq, alone = descriptor_times(mols, rdkit2d.functions, args.repeats)
+    seq, alone = descriptor_times(mols, rdkit2d, args.repeats)
     raw = np.array([[_safe(f, m) for f in rdkit2d.functions] for m in work])
     whole["`RDKit2D`'s transforms alone (`transform_descriptors` and `nan_to_num`, one call a "
           "molecule)"] = cpu_seconds(lambda: [np.nan_to_num(transform_descriptors(r, rdkit2d.spec))
