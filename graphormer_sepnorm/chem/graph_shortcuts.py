@@ -33,7 +33,8 @@ class MolTables(NamedTuple):
     """Per atom and per bond (in RDKit's index order), the properties the shortcuts read.
 
     Also what OGB's atom and bond features read (``ogb_features``), so a molecule's atoms are
-    read once for both. The atom columns are views of ``atoms``, the bond columns of ``bonds``.
+    read once for both. ``atoms`` and ``bonds`` hold the integer columns as matrices (the columns
+    are their views; the boolean ones, copies).
     """
 
     atomic: np.ndarray  # atomic number
