@@ -17,8 +17,9 @@
 #
 # CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py):
 # --accelerator cpu, and no smoke check unless SMOKE_DEVICE=cpu (its tests on the CPU;
-# SMOKE_TESTS: which, default tests/gpu). Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S (seconds kept for
-# step 5 and the tool's margin, default 40), CAMPAIGN_ARGS (appended to the campaign's).
+# SMOKE_TESTS: which, default tests/gpu). Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S
+# (seconds kept for step 5 and the tool's margin, default 40), CAMPAIGN_ARGS (appended to the
+# campaign's).
 set -uo pipefail
 T0=$(date +%s)
 PLAN=${1:-campaigns/paper_table.yaml}
@@ -35,7 +36,8 @@ say() { echo "[gpu/run.sh +$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 
 say "plan $PLAN, state $STATE, limit ${LIMIT_S}s, commit ${COMMIT:-unknown}"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" "$BUNDLE"/wheels/*.whl >>"$LOG" 2>&1 || { say "bundle install failed"; exit 2; }
+    --target "$SITE" "$BUNDLE"/wheels/*.whl >>"$LOG" 2>&1 \
+    || { say "bundle install failed"; exit 2; }
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 smoke() {
     timeout 180 "$PY" -m pytest -q -m gpu "${SMOKE_TESTS:-tests/gpu}" -p no:cacheprovider \
@@ -69,6 +71,7 @@ say "campaign with ${LEFT}s"
     ${CAMPAIGN_ARGS:-} >>"$LOG" 2>&1
 STATUS=$?
 tar -C "$STATE" -cf - . | split -b 15m -d - "$OUT/state.tar.part"
-say "campaign exit $STATUS; state $(du -sk "$STATE" | cut -f1) KiB in $(ls "$OUT"/state.tar.part* | wc -l) piece(s)"
+PIECES=$(ls "$OUT"/state.tar.part* | wc -l)
+say "campaign exit $STATUS; state $(du -sk "$STATE" | cut -f1) KiB in $PIECES piece(s)"
 grep -E "^(campaign |[a-z_]+-(sepnorm|sharenorm)-seed)" "$LOG" | tail -20
 exit $STATUS
