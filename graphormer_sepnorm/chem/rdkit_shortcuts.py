@@ -33,9 +33,8 @@ from graphormer_sepnorm.chem.substructure_screen import PatternScreen
 
 __all__ = ["BCUT2D_NAMES", "CHARGE_DESCRIPTORS", "ESTATE_EXTREMES", "QED_REUSED", "ROUNDED",
            "SHORTCUTS", "VECTOR_FAMILIES", "ChargeDescriptor", "ScreenedFragment", "VectorColumn",
-           "bcut2d",
-           "charge_extremes", "descriptor_function", "estate_indices", "possible_matches",
-           "qed_from_descriptors"]
+           "bcut2d", "charge_extremes", "descriptor_function", "estate_indices",
+           "possible_matches", "qed_from_descriptors"]
 
 #: RDKit's E-state principal quantum number by atomic number.
 _SHELL = np.array([GetPrincipleQuantumNumber(z) for z in range(len(OUTER))], dtype=np.int64)
