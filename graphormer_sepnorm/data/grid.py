@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.compiling import compiled
 from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator, _as_2d
 from graphormer_sepnorm.data.transform import add_shortest_paths
 
@@ -106,7 +107,7 @@ class GridGraphs:
         gather = self._gather
         if gathers_compiled(index.device):
             if self._compiled_gather is None:
-                self._compiled_gather = torch.compile(self._gather, dynamic=True)
+                self._compiled_gather = compiled(self._gather, dynamic=True)
             gather = self._compiled_gather
         # the gathers' own outputs (no views of them leave a compiled function: dynamo would
         # fakeify a compiled model's view inputs from their bases' symbolic sizes)

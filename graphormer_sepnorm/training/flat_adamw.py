@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from graphormer_sepnorm.compiling import compiled
+
 
 def adamw_step_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: Tensor,
                 lr: Tensor, beta1: float, beta2: float, eps: float, weight_decay: float,
@@ -92,7 +94,7 @@ class FlatAdamW(torch.optim.Optimizer):
         self.clip_value: float | None = None
         self.compile_mode = compile
         self._update: Callable[..., None] = (
-            torch.compile(adamw_step_, mode=compile, fullgraph=True) if compile else adamw_step_)
+            compiled(adamw_step_, compile, fullgraph=True) if compile else adamw_step_)
         self._lr: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 
     def clip(self, value: float | None, algorithm: str | None = "norm") -> None:

@@ -13,6 +13,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.aggregation import CatMetric
 
+from graphormer_sepnorm.compiling import compile_kwargs
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.backends import Backend, set_backend
 from graphormer_sepnorm.nn.config import GraphormerConfig
@@ -202,7 +203,7 @@ class GraphormerModule(LightningModule):
             return
         # one graph per padded length and batch size; MolHIV's lengths alone pass dynamo's 8
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self.model.compile(mode=mode)
+        self.model.compile(**compile_kwargs(mode))
         self._compiled = True
 
     def _compiles_here(self) -> bool:

@@ -9,6 +9,7 @@ import lightning
 import torch
 from torch import Tensor, nn
 
+from graphormer_sepnorm.compiling import compiled
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
@@ -84,7 +85,7 @@ class PackedGraphormerModule(GraphormerModule):
         """With ``compile``: the packed model, and the training forward with its losses."""
         super().configure_model()
         if self._compiled and self._train_losses is None:
-            self._train_losses = torch.compile(self.training_losses, mode=self.hparams["compile"])
+            self._train_losses = compiled(self.training_losses, self.hparams["compile"])
 
     def replica_losses(self, batch: GraphormerBatch) -> Tensor:
         """Each replica's loss on its own batch (``[R, B, ...]`` fields), ``[R]``."""

@@ -1,0 +1,60 @@
+"""``torch.compile`` as this package calls it everywhere: a mode, plus inductor's workarounds.
+
+torch 2.11's Triton code generation (the lent H200's image, 2026-11-27) stopped compiling
+Graphormer's training step with ``AssertionError`` in ``tiling_utils.get_pw_red_splits``, reached
+through the memory-coalescing analysis that picks a kernel's tiling (pytorch/pytorch#197077: a
+fused reduction whose pointwise epilogue is not in the reduction's frame). Turning that analysis
+off (``triton.coalesce_tiling_analysis``) compiled the same step on the same machine. The
+workaround is given per compiled function, as an inductor option, so that nothing else in the
+user's process changes; the option only steers Triton (GPU) kernels, so the CPU's C++ kernels
+are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["INDUCTOR_WORKAROUNDS", "compile_kwargs", "compiled"]
+
+#: Inductor options set in every compile of this package (when the installed torch has them).
+INDUCTOR_WORKAROUNDS: dict[str, Any] = {"triton.coalesce_tiling_analysis": False}
+
+
+def compile_kwargs(mode: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Keyword arguments for ``torch.compile`` or ``nn.Module.compile``: ``mode`` and workarounds.
+
+    ``torch.compile`` takes a ``mode`` or ``options``, not both; the mode's own options (e.g.
+    ``reduce-overhead``: ``{'triton.cudagraphs': True}``) are spelled out and the workarounds
+    added to them.
+
+    Args:
+        mode: a ``torch.compile`` mode (``None``: ``'default'``).
+        **kwargs: passed on (``dynamic``, ``fullgraph``, ...).
+
+    Returns:
+        ``{'options': ..., **kwargs}``.
+    """
+    from torch._inductor import config, list_mode_options
+
+    options = dict(list_mode_options(mode or "default", kwargs.get("dynamic")))
+    options.update({key: value for key, value in INDUCTOR_WORKAROUNDS.items()
+                    if _has_option(config, key)})
+    return {"options": options, **kwargs}
+
+
+def compiled(fn: Callable[..., Any], mode: str | None = None, **kwargs: Any) -> Callable[..., Any]:
+    """``torch.compile(fn, ...)`` with :func:`compile_kwargs`."""
+    return torch.compile(fn, **compile_kwargs(mode, **kwargs))
+
+
+def _has_option(config: Any, key: str) -> bool:
+    """Whether inductor's ``config`` has the dotted option ``key`` (it differs between torches)."""
+    node = config
+    for part in key.split("."):
+        if not hasattr(node, part):
+            return False
+        node = getattr(node, part)
+    return True
