@@ -19,9 +19,14 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 if TYPE_CHECKING:
     from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
+
+
+#: SDPA's kernels allowed on CUDA: the two that differentiate an additive bias.
+CUDA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def fused_head_dim(head_dim: int, device: torch.device) -> int | None:
@@ -31,9 +36,25 @@ def fused_head_dim(head_dim: int, device: torch.device) -> int | None:
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p: float,
          scale: float) -> Tensor:
-    """``F.scaled_dot_product_attention`` with an additive bias (one place to swap it)."""
+    """``F.scaled_dot_product_attention`` with an additive bias (one place to swap it).
+
+    On CUDA, among :data:`CUDA_BACKENDS` only: torch 2.11 picked cuDNN's kernel for packed
+    replicas in bf16 (on an H200), whose backward has no gradient for the bias, and the compiled
+    training step failed (``'_scaled_dot_product_cudnn_attention' is not differentiable with
+    respect to argument 'attn_bias'``). Graphormer's bias is trained: the memory-efficient
+    kernel returns its gradient. Elsewhere, SDPA's own choice.
+    """
+    if restricts_backends(q):
+        with sdpa_kernel(CUDA_BACKENDS):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
+                                                  scale=scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                           scale=scale)
+
+
+def restricts_backends(q: Tensor) -> bool:
+    """Whether :func:`sdpa` keeps SDPA to :data:`CUDA_BACKENDS` for ``q``: on CUDA."""
+    return q.is_cuda
 
 
 def padded(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor, queries: int,

@@ -87,3 +87,26 @@ def test_packed_replicas_on_padded_heads(monkeypatch) -> None:
     out_padded.pow(2).sum().backward()
     torch.testing.assert_close(out_padded, out, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(padded.flat.grad, explicit.flat.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_packed_padded_heads_compiled_with_the_cuda_backends(monkeypatch) -> None:
+    """The CUDA path's backend choice (:data:`~.fused_attention.CUDA_BACKENDS`, under
+    ``sdpa_kernel``) traces in one graph under ``vmap`` and differentiates the bias there as
+    the explicit attention does (on the CPU the math kernel is the one allowed)."""
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    first, _ = model_pair(torch.float64, multi_hop_max_dist=5)
+    second = copy.deepcopy(first)
+    with torch.no_grad():
+        for parameter in second.parameters():
+            parameter.mul_(1.5)
+    batch = store.batch(torch.arange(10).view(2, 5), 32)
+    explicit = PackedReplicas([first, second]).train()
+    explicit(batch).pow(2).sum().backward()
+    monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 8)
+    monkeypatch.setattr(fused_attention, "restricts_backends", lambda q: True)
+    padded = PackedReplicas([first, second]).train()
+    forward = torch.compile(padded, backend="aot_eager", fullgraph=True)
+    out = forward(batch)
+    out.pow(2).sum().backward()
+    torch.testing.assert_close(out, explicit(batch), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(padded.flat.grad, explicit.flat.grad, rtol=1e-10, atol=1e-10)
