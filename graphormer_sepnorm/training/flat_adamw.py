@@ -121,7 +121,7 @@ class FlatAdamW(torch.optim.Optimizer):
                 self._update(param, param.grad, state["exp_avg"], state["exp_avg_sq"],
                              state["step"], lr, beta1, beta2, group["eps"],
                              group["weight_decay"], self.max_norm, self.clip_value,
-                             group.get("decay_mask"))
+                             self._decay_mask(group, param))
         return loss
 
     def _state(self, param: Tensor) -> dict[str, Tensor]:
@@ -137,6 +137,21 @@ class FlatAdamW(torch.optim.Optimizer):
                 torch._dynamo.mark_static_address(value)
             param._flat_adamw_static = True
         return state
+
+    def _decay_mask(self, group: dict[str, Any], param: Tensor) -> Tensor | None:
+        """The group's ``decay_mask`` on ``param``'s device (moved once, kept in the group).
+
+        A mask left on the CPU beside CUDA parameters failed the step on a GPU (2026-11-27).
+        """
+        mask = group.get("decay_mask")
+        if mask is None or (mask.device == param.device and not self.compile_mode):
+            return mask
+        if mask.device != param.device:
+            mask = group["decay_mask"] = mask.to(param.device)
+        if self.compile_mode and not getattr(mask, "_flat_adamw_static", False):
+            torch._dynamo.mark_static_address(mask)  # a CUDA graph input: no copy per step
+            mask._flat_adamw_static = True
+        return mask
 
     def _lr_tensor(self, like: Tensor) -> Tensor:
         """The learning rate as a tensor of ``like``'s dtype and device."""

@@ -66,8 +66,9 @@ class PackedReplicas(nn.Module):
         self.sizes = [params[name][0].numel() for name in self.names]
         self.flat = nn.Parameter(torch.cat([params[name].detach().reshape(len(models), -1)
                                             for name in self.names], 1))
-        self.register_buffer("trained", _trained_mask(models[0], self.names, self.sizes),
-                             persistent=False)
+        # on the parameters' device: the probe that finds it runs on the CPU
+        self.register_buffer("trained", _trained_mask(models[0], self.names, self.sizes).to(
+            self.flat.device), persistent=False)
         transient = _non_persistent_buffers(models[0])
         for name, value in buffers.items():
             self.register_buffer(_key(name), value.clone(), persistent=name not in transient)

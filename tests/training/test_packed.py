@@ -218,3 +218,18 @@ def test_parameters_forward_never_reads_are_exempt_from_weight_decay() -> None:
     assert all(m.all() or not m.any() for m in packed.trained.split(packed.sizes))  # per tensor
     assert untrained == {"layers.2.ffn_norm.tok_norm.weight", "layers.2.ffn_norm.tok_norm.bias",
                          "final_norm.tok_norm.weight", "final_norm.tok_norm.bias"}
+
+
+def test_a_decay_mask_on_another_device_is_moved_to_the_parameters_once() -> None:
+    """On a GPU the packed replicas' mask once stayed on the CPU beside CUDA parameters, and
+    the step failed; the meta device stands in for the other device here."""
+    param = torch.nn.Parameter(torch.zeros(2, 3, device="meta"))
+    param.grad = torch.zeros(2, 3, device="meta")
+    mask = torch.tensor([1.0, 0.0, 1.0])
+    optimizer = FlatAdamW([{"params": [param], "decay_mask": mask}], lr=1e-2)
+    optimizer.step()
+    moved = optimizer.param_groups[0]["decay_mask"]
+    assert moved.device.type == "meta" and moved.shape == (3,)
+    optimizer.step()
+    assert optimizer.param_groups[0]["decay_mask"] is moved  # once, then kept
+    assert optimizer.state[param]["exp_avg"].device.type == "meta"
