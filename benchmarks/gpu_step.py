@@ -108,21 +108,79 @@ class ListDataModule(GraphDataModule):
 
 
 class StepTimer(Callback):
-    """Seconds of the steps after ``warmup`` (device work included)."""
+    """Seconds of the ``steps`` steps after ``warmup`` (device work included), and why.
 
-    def __init__(self, warmup: int) -> None:
-        self.warmup, self.start, self.seconds = warmup, None, 0.0
+    Also each timed step's host seconds (from its start to its end, without waiting for the
+    device: near the step's whole time, the step is bound by the host's launches), the graphs
+    dynamo compiled and the CUDA graph skips during the timed steps, and, with ``profile``, a
+    ``torch.profiler`` table of ``profile_steps`` more steps after them.
+    """
+
+    def __init__(self, warmup: int, steps: int, profile_steps: int = 0) -> None:
+        self.warmup, self.steps, self.profile_steps = warmup, steps, profile_steps
+        self.start: float | None = None
+        self.seconds, self.host, self.compiled, self.step_started = 0.0, [], {}, 0.0
+        self.profiler: torch.profiler.profile | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        """Starts the clock at the first timed step."""
-        if trainer.global_step == self.warmup and self.start is None:
+        """Starts the clock at the first timed step, stops it (and profiles) after the last."""
+        step = trainer.global_step
+        if step == self.warmup and self.start is None:
             _sync()
+            self.compiled = compile_counters()
             self.start = time.perf_counter()
+        elif step == self.warmup + self.steps and self.profile_steps and self.profiler is None:
+            self._stop()
+            self.profiler = torch.profiler.profile(activities=_activities())
+            self.profiler.__enter__()
+        self.step_started = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        """The host's seconds of a timed step."""
+        if self.start is not None and self.profiler is None:
+            self.host.append(time.perf_counter() - self.step_started)
 
     def on_train_end(self, trainer, pl_module) -> None:
-        """Stops it once the device is done."""
+        """Stops the clock (or the profiler) once the device is done."""
+        if self.profiler is not None:
+            _sync()
+            self.profiler.__exit__(None, None, None)
+        else:
+            self._stop()
+
+    def _stop(self) -> None:
         _sync()
         self.seconds = time.perf_counter() - self.start
+        before, self.compiled = self.compiled, compile_counters()
+        self.compiled = {k: v - before.get(k, 0) for k, v in self.compiled.items()}
+
+
+def compile_counters() -> dict[str, int]:
+    """Dynamo's graphs compiled and inductor's CUDA graph skips so far in this process."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs": counters["stats"]["unique_graphs"],
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
+
+
+def _activities() -> list[torch.profiler.ProfilerActivity]:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
+
+
+def profile_report(profiler: torch.profiler.profile, title: str, steps: int) -> str:
+    """Launches per step (kernels, CUDA graphs, copies) and the top operators by device time."""
+    events = profiler.key_averages()
+    launches = {e.key: e.count / steps for e in events
+                if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx",
+                             "cudaLaunchKernelExC", "cudaGraphLaunch", "cudaMemcpyAsync",
+                             "cudaStreamSynchronize", "cudaDeviceSynchronize")}
+    sort = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    table = events.table(sort_by=sort, row_limit=30, max_name_column_width=60)
+    per_step = ", ".join(f"{k} {v:.1f}" for k, v in sorted(launches.items())) or "none"
+    return f"## {title} ({steps} steps)\nper step: {per_step}\n{table}\n"
 
 
 def _sync() -> None:
@@ -141,9 +199,10 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
     model = graphormer_module(dataset_info=data.dataset_info, config=config, seeds=seeds,
                              warmup_steps=1, total_steps=args.warmup + args.steps,
                              compile=args.compile if engine else None)
-    timer = StepTimer(args.warmup)
+    profile_steps = args.profile_steps if args.profile_dir else 0
+    timer = StepTimer(args.warmup, args.steps, profile_steps)
     trainer = Trainer(accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
-                      max_steps=args.warmup + args.steps, max_epochs=-1,
+                      max_steps=args.warmup + args.steps + profile_steps, max_epochs=-1,
                       precision="bf16-mixed" if engine and cuda else "32-true",
                       deterministic=False if engine else "warn", gradient_clip_val=5.0,
                       limit_val_batches=0, num_sanity_val_steps=0, enable_checkpointing=False,
@@ -151,6 +210,10 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.fit(model, data)
+    if timer.profiler is not None:
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+        with (args.profile_dir / "step_profiles.txt").open("a") as file:
+            file.write(profile_report(timer.profiler, f"{name} {path}", profile_steps))
     steps_per_s = args.steps / timer.seconds
     replicas = len(seeds) if seeds else 1
     flops = 3 * model_flops(batch_size, mean_padded_atoms(graphs, batch_size), args.layers)
@@ -159,7 +222,9 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
             "model_steps_per_s": steps_per_s * replicas,
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan"),
             "tflops": flops * replicas * steps_per_s / 1e12,
-            "recipe_min": RECIPE_STEPS / (steps_per_s * replicas) / 60}
+            "recipe_min": RECIPE_STEPS / (steps_per_s * replicas) / 60,
+            "host_ms": 1e3 * float(np.median(timer.host)), "step_ms": 1e3 / steps_per_s,
+            **{f"timed_{k}": v for k, v in timer.compiled.items()}}
 
 
 def mean_padded_atoms(graphs: list[Data], batch_size: int, samples: int = 50) -> float:
@@ -206,6 +271,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              "preset's on a GPU, none on a CPU); 'none' for eager")
     parser.add_argument("--batch-scale", type=float, default=1.0,
                         help="scales the batch sizes (256, 128), for smoke runs")
+    parser.add_argument("--paths", nargs="+", default=["lightning", "engine", "packed"],
+                        choices=["lightning", "engine", "packed"],
+                        help="which rows (default all; packed: one per --k)")
+    parser.add_argument("--profile-dir", type=Path,
+                        help="profile --profile-steps more steps after each row's timed ones, "
+                             "into DIR/step_profiles.txt (launches per step, top operators)")
+    parser.add_argument("--profile-steps", type=int, default=5, help="default 5")
     args = parser.parse_args(argv)
     args.compile = None if args.compile in (None, "none") else args.compile
     torch.set_float32_matmul_precision("high")
@@ -215,8 +287,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         graphs = (load_graphs(args.prepared / name / "train.npz") if args.prepared
                   else synthetic(name, args.synthetic))
         batch_size = max(2, round(DATASETS[name][0] * args.batch_scale))
-        runs = [("lightning", None), ("engine", None)]
-        runs += [(f"packed {k}", list(range(k))) for k in args.k]
+        runs = [(path, None) for path in ("lightning", "engine") if path in args.paths]
+        runs += [(f"packed {k}", list(range(k))) for k in args.k if "packed" in args.paths]
         for path, seeds in runs:
             row = fit(name, graphs, args, path, seeds, batch_size) | {"batch": batch_size}
             row["of_matmul"] = row["tflops"] / reference
@@ -225,7 +297,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"{row['graphs_per_s']:9.0f} graphs/s {row['model_steps_per_s']:8.1f} model "
                   f"steps/s {row['peak_gib']:6.2f} GiB {row['tflops']:7.3f} TFLOP/s "
                   f"({row['of_matmul']:.1%} of {reference:.1f}) 400k steps: "
-                  f"{row['recipe_min']:.0f} min", flush=True)
+                  f"{row['recipe_min']:.0f} min; host {row['host_ms']:.2f} of "
+                  f"{row['step_ms']:.2f} ms a step, {row['timed_graphs']} graph(s) compiled "
+                  f"and {row['timed_cudagraph_skips']} CUDA graph skip(s) while timed",
+                  flush=True)
     summary(rows)
     return rows
 
@@ -235,7 +310,7 @@ def summary(rows: list[dict]) -> None:
     name = "zinc_subset" if any(r["dataset"] == "zinc_subset" for r in rows) else rows[0][
         "dataset"]
     mine = [r for r in rows if r["dataset"] == name]
-    engine = next(r for r in mine if r["path"] == "engine")
+    engine = next((r for r in mine if r["path"] == "engine"), mine[0])
     best = max((r for r in mine if r["path"].startswith("packed")),
                key=lambda r: r["model_steps_per_s"], default=engine)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
