@@ -9,16 +9,18 @@
 # stop the command (SMOKE_FAIL=stop does): it is logged, $OUT/SMOKE_FAILED is written and every
 # results row of this command carries "+smoke-failed" in its commit column, for a later session
 # to read log.txt and keep or drop them (the committed state can be reverted);
-# (3) optionally (STEP_BENCH=1) benchmarks/gpu_step.py on the bundle's data; (4) the campaign on
-# the state folder campaigns/state/<plan> with the seconds left; (5) the state folder, cut into
-# pieces of at most 15 MiB (state.tar.partNN), and log.txt to $OUT. Back here:
+# (3) optionally (STEP_BENCH=1) benchmarks/gpu_step.py on the bundle's data, its profiles to $OUT
+# (STEP_BENCH_ARGS, e.g. "--datasets zinc_subset --k 4"; STEP_BENCH_S, its limit, default 240);
+# (4) the campaign on the state folder campaigns/state/<plan> with the seconds left, under a
+# backstop `timeout`; (5) the state folder, cut into pieces of at most 15 MiB
+# (state.tar.partNN), and log.txt to $OUT. Back here:
 # `gpu/unpack.sh FILES_AT` puts the state in place; commit it. Exit status: the campaign's
 # (0 all done, 3 work left, 1 a job failed), 2 when it did not run.
 #
 # CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py):
 # --accelerator cpu, and no smoke check unless SMOKE_DEVICE=cpu (its tests on the CPU;
 # SMOKE_TESTS: which, default tests/gpu). Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S
-# (seconds kept for step 5 and the tool's margin, default 40), CAMPAIGN_ARGS (appended to the
+# (seconds kept for step 5 and the tool's margin, default 45), CAMPAIGN_ARGS (appended to the
 # campaign's).
 set -uo pipefail
 T0=$(date +%s)
@@ -28,7 +30,7 @@ BUNDLE=${BUNDLE:-gpu/bundle}
 SITE=${SITE:-/tmp/graphormer-sepnorm-site}
 PY=${PYTHON:-python3}
 LIMIT_S=${LIMIT_S:-600}
-RESERVE_S=${RESERVE_S:-40}
+RESERVE_S=${RESERVE_S:-45}
 : "${OUT:?set OUT: the folder whose files come back}"
 mkdir -p "$OUT" "$STATE"
 LOG="$OUT/log.txt"
@@ -39,6 +41,11 @@ say "plan $PLAN, state $STATE, limit ${LIMIT_S}s, commit ${COMMIT:-unknown}"
     --target "$SITE" "$BUNDLE"/wheels/*.whl >>"$LOG" 2>&1 \
     || { say "bundle install failed"; exit 2; }
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# torch 2.11's Triton tiling analysis asserted on the training step (graphormer_sepnorm/
+# compiling.py passes the same switch to each compile; this covers any compile it misses)
+export TORCHINDUCTOR_COALESCE_TILING_ANALYSIS=0 PYTHONUNBUFFERED=1
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
+    >>"$LOG" 2>&1
 smoke() {
     timeout 180 "$PY" -m pytest -q -m gpu "${SMOKE_TESTS:-tests/gpu}" -p no:cacheprovider \
         >>"$LOG" 2>&1
@@ -60,16 +67,24 @@ else
     smoke
 fi
 if [ "${STEP_BENCH:-0}" = 1 ]; then
-    timeout 240 "$PY" benchmarks/gpu_step.py --prepared "$BUNDLE/data" >>"$LOG" 2>&1
+    # recompiles and CUDA graph skips logged with their reasons (STEP_BENCH_LOGS= for none)
+    # shellcheck disable=SC2086
+    TORCH_LOGS="${STEP_BENCH_LOGS-recompiles,cudagraphs}" timeout "${STEP_BENCH_S:-240}" \
+        "$PY" benchmarks/gpu_step.py --prepared "$BUNDLE/data" --profile-dir "$OUT" \
+        ${STEP_BENCH_ARGS:-} >>"$LOG" 2>&1
     say "gpu_step: $(grep '^gpu_step ' "$LOG" | tail -1)"
 fi
 LEFT=$(( LIMIT_S - ($(date +%s) - T0) - RESERVE_S ))
 say "campaign with ${LEFT}s"
+# The campaign stops itself in time; `timeout` is the backstop (a first lease, 2026-11-27, ran
+# past its budget and the tool's kill took the state with it): TERM 15 s after the budget,
+# KILL 10 s later, and the state saved so far is packed below either way.
 # shellcheck disable=SC2086
-"$PY" -m graphormer_sepnorm.campaign "$PLAN" "$STATE" --budget-s "$LEFT" \
-    --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" --commit "${COMMIT:-unknown}" \
-    ${CAMPAIGN_ARGS:-} >>"$LOG" 2>&1
+timeout -k 10 $(( LEFT + 15 )) "$PY" -m graphormer_sepnorm.campaign "$PLAN" "$STATE" \
+    --budget-s "$LEFT" --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" \
+    --commit "${COMMIT:-unknown}" ${CAMPAIGN_ARGS:-} >>"$LOG" 2>&1
 STATUS=$?
+[ "$STATUS" -ge 124 ] && say "campaign stopped by the backstop (exit $STATUS)"
 tar -C "$STATE" -cf - . | split -b 15m -d - "$OUT/state.tar.part"
 PIECES=$(ls "$OUT"/state.tar.part* | wc -l)
 say "campaign exit $STATUS; state $(du -sk "$STATE" | cut -f1) KiB in $PIECES piece(s)"

@@ -87,6 +87,15 @@ class CampaignCheckpoint(Callback):
         self._save_s = 2.0
         self._last = self._val_start = 0.0
         self.start_step = 0
+        self.created = time.monotonic()
+        #: seconds from this callback's making (the fit's setup) to the chunk's first step's
+        #: end: loading the data, and compiling when the model compiles
+        self.startup_s: float | None = None
+
+    @property
+    def steps_per_s(self) -> float | None:
+        """The training steps' recent rate (an average over the last ten or so), if measured."""
+        return 1 / self._step_s if self._step_s else None
 
     @property
     def val_seconds(self) -> float | None:
@@ -110,6 +119,10 @@ class CampaignCheckpoint(Callback):
         """Saves and raises :class:`BudgetSpent` when the next stop would come too late."""
         now = time.monotonic()
         step_s, self._last = now - self._last, now
+        if self.startup_s is None:
+            self.startup_s = now - self.created
+            print(f"{self.job.folder.name}: first step of the chunk after {self.startup_s:.1f} s "
+                  "(data, model, compilation)", flush=True)
         if trainer.global_step - self.start_step > 2:  # the first steps compile
             self._step_s = step_s if self._step_s is None else 0.9 * self._step_s + 0.1 * step_s
         if trainer.global_step >= trainer.max_steps > 0 or not _stoppable(trainer, 0):

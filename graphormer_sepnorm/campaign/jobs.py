@@ -99,6 +99,12 @@ def fit_chunk(job: Job, state: JobState, options: Options, deadline: float,
     status["val_seconds"] = callback.val_seconds
     status["val_interval"] = _val_interval(trainer)
     steps = trainer.global_step - callback.start_step
+    rate = callback.steps_per_s
+    status.setdefault("chunk_log", []).append({
+        "start_step": callback.start_step, "steps": steps,
+        "seconds": round(time.monotonic() - callback.created, 1),  # setup included
+        "startup_s": None if callback.startup_s is None else round(callback.startup_s, 1),
+        "steps_per_s": None if rate is None else round(rate, 2)})
     if finished:
         status.update(phase="test", steps=trainer.global_step)
     state.save_status()

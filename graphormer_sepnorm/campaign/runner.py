@@ -8,7 +8,8 @@ state folder (on any machine), it continues where it stopped and skips what is d
 
 Exit status: 0 when every job of the plan is done, 3 when work is left (the budget ran out),
 1 when a job failed (its error is printed and kept in its ``status.json``; a job that failed
-twice is skipped from then on).
+twice with the same code is skipped until the code changes). A job's chunk starts only with
+enough seconds left to reach its first step (its last chunk's startup, or ``--min-start-s``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="wall-clock seconds this command may take, all included")
     p.add_argument("--budget-steps", type=int,
                    help="also stop after this many training steps (rehearsals)")
-    p.add_argument("--min-start-s", type=float, default=60.0,
-                   help="do not start a job's chunk with fewer seconds left (default 60)")
+    p.add_argument("--min-start-s", type=float, default=90.0,
+                   help="do not start a job's chunk with fewer seconds left (default 90; more "
+                        "where its last chunk took longer to reach its first step)")
     p.add_argument("--prepared", type=Path,
                    help="prepared splits: DIR/<dataset> (else the configs' datamodules)")
     p.add_argument("--data-root", default="data", help="the datamodules' root (default data)")
@@ -116,32 +118,62 @@ def run_job(job: Job, state: JobState, options: Options, deadline: float,
     return True, steps
 
 
+def start_seconds(state: JobState, least: float) -> float:
+    """Seconds a chunk of this job needs left to start.
+
+    ``least``, or more where its last chunk took longer to reach its first step (a cold
+    compile: data, model and graphs).
+    """
+    chunks = state.status.get("chunk_log") or [{}]
+    startup = chunks[-1].get("startup_s") or 0.0
+    return max(least, 1.2 * startup)
+
+
+def gave_up(state: JobState, commit: str) -> bool:
+    """Whether the job failed :data:`MAX_FAILURES` times with this code (new code retries)."""
+    return (state.status["failures"] >= MAX_FAILURES
+            and state.status.get("failed_commit", commit) == commit)
+
+
+def record_failure(state: JobState, commit: str) -> None:
+    """Counts a failure of this code (a new commit starts the count over) and keeps its error."""
+    traceback.print_exc()
+    if state.status.get("failed_commit") != commit:
+        state.status["failures"] = 0
+    state.status["failures"] += 1
+    state.status["failed_commit"] = commit
+    state.status["error"] = traceback.format_exc(limit=3)
+    state.save_status()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the plan within the budget; the exit status (see the module docstring)."""
     args = parse_args(argv)
-    deadline = time.monotonic() + args.budget_s
+    started = time.monotonic()
+    deadline = started + args.budget_s
     plan = load_plan(args.plan)
     options = Options(args.prepared, args.data_root, args.accelerator, scratch_folder(),
                       getattr(torch, plan.moments))
     meta = {"device": device_name(args.accelerator), "commit": commit_of_code(args.commit),
             "keep_best": plan.keep_best}
+    code = meta["commit"].split("+")[0]  # "+smoke-failed" marks rows, not another code
     steps_left, failed, spent, left = args.budget_steps, False, False, []
     try:
         for job in select(plan.jobs, args.only):
             state = JobState(args.state / "jobs" / job.name, job.recipe())
-            if state.phase == "done" or state.status["failures"] >= MAX_FAILURES:
+            if state.phase == "done" or gave_up(state, code):
                 continue
-            spent = spent or deadline - time.monotonic() < args.min_start_s or steps_left == 0
+            need = start_seconds(state, args.min_start_s)
+            spent = spent or deadline - time.monotonic() < need or steps_left == 0
             if spent:  # the jobs keep their order: none starts after one paused
                 left.append(job.name)
                 continue
+            print(f"[campaign +{time.monotonic() - started:.0f}s] {job.name}: {state.phase}, "
+                  f"{deadline - time.monotonic():.0f} s left", flush=True)
             try:
                 done, steps = run_job(job, state, options, deadline, steps_left, meta)
             except Exception:  # one job's failure is recorded; the others go on
-                traceback.print_exc()
-                state.status["failures"] += 1
-                state.status["error"] = traceback.format_exc(limit=3)
-                state.save_status()
+                record_failure(state, code)
                 failed = True
                 continue
             steps_left = None if steps_left is None else max(0, steps_left - steps)
@@ -151,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         remove_tree(options.scratch)
     write_summary(args.state, plan)
-    print(f"campaign {plan.name}: {len(left)} job(s) left"
+    print(f"[campaign +{time.monotonic() - started:.0f}s] "
+          f"campaign {plan.name}: {len(left)} job(s) left"
           + (f", next {left[0]}" if left else "") + f"; results in {args.state}/results.csv",
           flush=True)
     return 1 if failed else 3 if left else 0

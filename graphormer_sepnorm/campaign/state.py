@@ -117,7 +117,8 @@ class JobState:
         path = folder / "status.json"
         self.status: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {
             "recipe": recipe, "phase": "fit", "chunks": 0, "fit_seconds": 0.0, "steps": 0,
-            "resume": None, "best": {}, "history": [], "val_interval": None, "failures": 0}
+            "resume": None, "best": {}, "history": [], "val_interval": None, "failures": 0,
+            "failed_commit": None, "chunk_log": []}
         if self.status["recipe"] != recipe:
             raise ValueError(f"{folder} was made for another recipe ({self.status['recipe']}); "
                              f"restore the plan, or delete the folder to start this job over")

@@ -8,6 +8,7 @@ run in many, cut by a budget of seconds and then of steps, must give the same re
 """
 
 import importlib.metadata
+import json
 import shutil
 import subprocess
 import sys
@@ -79,6 +80,12 @@ def test_interrupted_and_resumed_ends_with_the_same_results(bundle, tmp_path):
         assert int(a["chunks"]) == 1
     assert max(int(r["chunks"]) for r in pieces) >= 3  # resumed more than once
     assert pieces[0]["best_step"] != "" and float(whole[0]["best_val"]) > 0
+    for path in (state / "jobs").glob("*/status.json"):  # each chunk logged, with its speed
+        status = json.loads(path.read_text())
+        chunks = status["chunk_log"]
+        assert len(chunks) == status["chunks"] and sum(c["steps"] for c in chunks) == status[
+            "steps"], path
+        assert all(c["startup_s"] > 0 and c["seconds"] >= c["startup_s"] for c in chunks)
     check_imports(record)
 
 
@@ -114,3 +121,27 @@ def test_a_failed_smoke_check_trains_anyway_and_marks_every_result(bundle, tmp_p
     unpack(out, tmp_path / "back")
     rows = read_rows(tmp_path / "back" / "results.csv")
     assert len(rows) == 4 and {r["commit"] for r in rows} == {"rehearsal+smoke-failed"}
+
+
+def test_a_campaign_past_its_budget_is_stopped_and_its_state_still_comes_back(bundle, tmp_path):
+    """The backstop: a campaign that does not stop in time (as a cold compile once ran past the
+    budget on a lent GPU, and the tool's kill took the state with it) is stopped by
+    ``timeout`` 15 s after its budget, and what it saved is packed into ``$OUT`` anyway."""
+    stuck = tmp_path / "python"
+    stuck.write_text("#!/usr/bin/env bash\n"
+                     'if [ "$2" = graphormer_sepnorm.campaign ]; then\n'
+                     '  mkdir -p "$4/jobs/stuck" && echo saved > "$4/jobs/stuck/status.json"\n'
+                     "  exec sleep 600\nfi\n"
+                     f'exec {PYTHON} "$@"\n')
+    stuck.chmod(0o755)
+    out, state = tmp_path / "out", tmp_path / "state"
+    env = image_env(OUT=str(out), CPU="1", STATE=str(state), BUNDLE=str(bundle),
+                    SITE=str(bundle.parent / "site"), PYTHON=str(stuck), LIMIT_S="12",
+                    RESERVE_S="0", COMMIT="rehearsal", IMAGE_SITE_RECORD=str(tmp_path / "r"))
+    done = subprocess.run(["bash", "gpu/run.sh", str(write_plan(tmp_path / "p.yaml"))],
+                          cwd=REPO, env=env, timeout=120, capture_output=True, text=True)
+    log = (out / "log.txt").read_text()
+    assert done.returncode == 124, log
+    assert "campaign stopped by the backstop (exit 124)" in log
+    unpack(out, tmp_path / "back")
+    assert (tmp_path / "back" / "jobs" / "stuck" / "status.json").read_text() == "saved\n"
