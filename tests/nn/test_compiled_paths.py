@@ -15,8 +15,9 @@ from data.test_grid import mixed_graphs
 from nn.test_backends import assert_same, model_pair, run
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.data.grid import GridGraphs
-from graphormer_sepnorm.nn import fused_attention
+from graphormer_sepnorm.nn import Graphormer, fused_attention
 from graphormer_sepnorm.nn.dropout import dropout
 from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
 from graphormer_sepnorm.training.packed import PackedReplicas
@@ -68,15 +69,20 @@ def test_padded_heads_compute_what_the_reference_does(monkeypatch, graph_token_o
     assert_same(expected, run(padded, batch, True, graph_token_only), 1e-10)
 
 
-def test_packed_replicas_on_padded_heads(monkeypatch) -> None:
-    """Under vmap too: the padded path of each replica is its single model's function."""
+def two_replicas() -> tuple[Graphormer, Graphormer, GraphormerBatch]:
+    """Two float64 models (the second's weights 1.5x the first's) and a batch of 5 graphs each."""
     store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
     first, _ = model_pair(torch.float64, multi_hop_max_dist=5)
     second = copy.deepcopy(first)
     with torch.no_grad():
         for parameter in second.parameters():
             parameter.mul_(1.5)
-    batch = store.batch(torch.arange(10).view(2, 5), 32)
+    return first, second, store.batch(torch.arange(10).view(2, 5), 32)
+
+
+def test_packed_replicas_on_padded_heads(monkeypatch) -> None:
+    """Under vmap too: the padded path of each replica is its single model's function."""
+    first, second, batch = two_replicas()
     explicit = PackedReplicas([first, second])
     out = explicit.train()(batch)
     out.pow(2).sum().backward()
@@ -93,13 +99,7 @@ def test_packed_padded_heads_compiled_with_the_cuda_backends(monkeypatch) -> Non
     """The CUDA path's backend choice (:data:`~.fused_attention.CUDA_BACKENDS`, under
     ``sdpa_kernel``) traces in one graph under ``vmap`` and differentiates the bias there as
     the explicit attention does (on the CPU the math kernel is the one allowed)."""
-    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
-    first, _ = model_pair(torch.float64, multi_hop_max_dist=5)
-    second = copy.deepcopy(first)
-    with torch.no_grad():
-        for parameter in second.parameters():
-            parameter.mul_(1.5)
-    batch = store.batch(torch.arange(10).view(2, 5), 32)
+    first, second, batch = two_replicas()
     explicit = PackedReplicas([first, second]).train()
     explicit(batch).pow(2).sum().backward()
     monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 8)
