@@ -116,8 +116,9 @@ class StepTimer(Callback):
     ``torch.profiler`` table of ``profile_steps`` more steps after them.
     """
 
-    def __init__(self, warmup: int, steps: int, profile_steps: int = 0) -> None:
+    def __init__(self, warmup: int, steps: int, profile_steps: int = 0, label: str = "") -> None:
         self.warmup, self.steps, self.profile_steps = warmup, steps, profile_steps
+        self.label = label
         self.start: float | None = None
         self.seconds, self.host, self.compiled, self.step_started = 0.0, [], {}, 0.0
         self.profiler: torch.profiler.profile | None = None
@@ -153,6 +154,9 @@ class StepTimer(Callback):
         self.seconds = time.perf_counter() - self.start
         before, self.compiled = self.compiled, compile_counters()
         self.compiled = {k: v - before.get(k, 0) for k, v in self.compiled.items()}
+        if self.profile_steps:  # the figure first: a profiler that fails must not take it
+            print(f"{self.label}: {self.steps / self.seconds:.1f} steps/s timed, profiling "
+                  f"{self.profile_steps} more", flush=True)
 
 
 def compile_counters() -> dict[str, int]:
@@ -200,7 +204,7 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
                              warmup_steps=1, total_steps=args.warmup + args.steps,
                              compile=args.compile if engine else None)
     profile_steps = args.profile_steps if args.profile_dir else 0
-    timer = StepTimer(args.warmup, args.steps, profile_steps)
+    timer = StepTimer(args.warmup, args.steps, profile_steps, f"{name} {path}")
     trainer = Trainer(accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
                       max_steps=args.warmup + args.steps + profile_steps, max_epochs=-1,
                       precision="bf16-mixed" if engine and cuda else "32-true",

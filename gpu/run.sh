@@ -15,7 +15,8 @@
 # backstop `timeout`; (5) the state folder, cut into pieces of at most 15 MiB
 # (state.tar.partNN), and log.txt to $OUT. Back here:
 # `gpu/unpack.sh FILES_AT` puts the state in place; commit it. Exit status: the campaign's
-# (0 all done, 3 work left, 1 a job failed), 2 when it did not run.
+# (0 all done, 3 work left, 1 a job failed; 124 or 137 when the backstop stopped it), 2 when it
+# did not run.
 #
 # CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py):
 # --accelerator cpu, and no smoke check unless SMOKE_DEVICE=cpu (its tests on the CPU;
