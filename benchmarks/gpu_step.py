@@ -110,9 +110,11 @@ class ListDataModule(GraphDataModule):
 class StepTimer(Callback):
     """Seconds of the ``steps`` steps after ``warmup`` (device work included), and why.
 
-    Also each timed step's host seconds (from its start to its end, without waiting for the
-    device: near the step's whole time, the step is bound by the host's launches), the graphs
-    dynamo compiled and the CUDA graph skips during the timed steps, and, with ``profile``, a
+    Also each timed step's host seconds (from the previous step's end to its end, its batch's
+    gather included, without waiting for the device: near the step's whole time, the step is
+    bound by the host's launches), the graphs
+    dynamo compiled, the CUDA graph skips and the padded lengths first seen (each a new shape:
+    a compile or a CUDA graph recording) during the timed steps, and, with ``profile``, a
     ``torch.profiler`` table of ``profile_steps`` more steps after them.
     """
 
@@ -120,8 +122,10 @@ class StepTimer(Callback):
         self.warmup, self.steps, self.profile_steps = warmup, steps, profile_steps
         self.label = label
         self.start: float | None = None
-        self.seconds, self.host, self.compiled, self.step_started = 0.0, [], {}, 0.0
+        self.seconds, self.host, self.compiled, self.last_end = 0.0, [], {}, 0.0
         self.profiler: torch.profiler.profile | None = None
+        self.lengths: set[int] = set()
+        self.new_lengths = 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         """Starts the clock at the first timed step, stops it (and profiles) after the last."""
@@ -134,12 +138,17 @@ class StepTimer(Callback):
             self._stop()
             self.profiler = torch.profiler.profile(activities=_activities())
             self.profiler.__enter__()
-        self.step_started = time.perf_counter()
+        mask = getattr(batch, "node_mask", None)
+        if mask is not None and mask.shape[-1] not in self.lengths:
+            self.lengths.add(mask.shape[-1])
+            self.new_lengths += self.start is not None and self.profiler is None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """The host's seconds of a timed step."""
+        now = time.perf_counter()
         if self.start is not None and self.profiler is None:
-            self.host.append(time.perf_counter() - self.step_started)
+            self.host.append(now - max(self.last_end, self.start))
+        self.last_end = now
 
     def on_train_end(self, trainer, pl_module) -> None:
         """Stops the clock (or the profiler) once the device is done."""
@@ -148,6 +157,17 @@ class StepTimer(Callback):
             self.profiler.__exit__(None, None, None)
         else:
             self._stop()
+
+    def steady_seconds(self) -> float:
+        """A timed step's seconds without the one-off ones (host time over 5x the median).
+
+        Those compile or record a new shape; their wall time is their host time.
+        """
+        host = np.asarray(self.host)
+        slow = host > 5 * np.median(host)
+        if slow.all():
+            return self.seconds / max(len(host), 1)
+        return (self.seconds - host[slow].sum()) / (~slow).sum()
 
     def _stop(self) -> None:
         _sync()
@@ -228,6 +248,8 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
             "tflops": flops * replicas * steps_per_s / 1e12,
             "recipe_min": RECIPE_STEPS / (steps_per_s * replicas) / 60,
             "host_ms": 1e3 * float(np.median(timer.host)), "step_ms": 1e3 / steps_per_s,
+            "steady_ms": 1e3 * float(timer.steady_seconds()),
+            "timed_new_lengths": timer.new_lengths,
             **{f"timed_{k}": v for k, v in timer.compiled.items()}}
 
 
@@ -302,9 +324,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"steps/s {row['peak_gib']:6.2f} GiB {row['tflops']:7.3f} TFLOP/s "
                   f"({row['of_matmul']:.1%} of {reference:.1f}) 400k steps: "
                   f"{row['recipe_min']:.0f} min; host {row['host_ms']:.2f} of "
-                  f"{row['step_ms']:.2f} ms a step, {row['timed_graphs']} graph(s) compiled "
-                  f"and {row['timed_cudagraph_skips']} CUDA graph skip(s) while timed",
-                  flush=True)
+                  f"{row['step_ms']:.2f} ms a step ({row['steady_ms']:.2f} without the slow "
+                  f"ones); while timed: {row['timed_graphs']} graph(s) compiled, "
+                  f"{row['timed_cudagraph_skips']} CUDA graph skip(s), "
+                  f"{row['timed_new_lengths']} new padded length(s)", flush=True)
     summary(rows)
     return rows
 

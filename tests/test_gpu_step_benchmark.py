@@ -4,6 +4,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import gpu_step  # noqa: E402
 
@@ -28,8 +30,17 @@ def test_gpu_step_profiles_the_steps_after_the_timed_ones(tmp_path, capsys):
                           "--profile-dir", str(tmp_path), "--profile-steps", "2"])
     assert [r["path"] for r in rows] == ["engine", "packed 2"]
     assert all(0 < r["host_ms"] <= r["step_ms"] * 1.5 and r["timed_graphs"] >= 0
+               and 0 < r["steady_ms"] <= r["step_ms"] * 1.5 and r["timed_new_lengths"] >= 0
                for r in rows)
     report = (tmp_path / "step_profiles.txt").read_text()
     assert report.count("## zinc_subset ") == 2 and "(2 steps)" in report
     assert "per step:" in report and "aten::" in report
     assert "graph(s) compiled" in capsys.readouterr().out
+
+
+def test_steady_seconds_leave_out_the_steps_that_compiled():
+    timer = gpu_step.StepTimer(warmup=0, steps=4)
+    timer.host, timer.seconds = [0.01, 0.01, 2.0, 0.012], 2.05
+    assert timer.steady_seconds() == pytest.approx(0.05 / 3)
+    timer.host = [0.01, 0.011, 0.012, 0.013]  # none slow: the plain mean
+    assert timer.steady_seconds() == pytest.approx(2.05 / 4)
