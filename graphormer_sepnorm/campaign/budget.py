@@ -29,6 +29,8 @@ __all__ = ["BudgetSpent", "CampaignCheckpoint", "validation_after"]
 
 #: Seconds a compiled model's first validation in a process is assumed to spend compiling.
 COMPILE_GUESS_S = 60.0
+#: A step this many times slower than the running average is a one-off (a compile).
+ONE_OFF = 5.0
 
 
 class BudgetSpent(Exception):  # noqa: N818 (not an error: the budget ran out, state saved)
@@ -85,6 +87,7 @@ class CampaignCheckpoint(Callback):
         self._step_s: float | None = None
         self._val_s: float | None = None
         self._save_s = 2.0
+        self._slow_run = 0  # one-off slow steps in a row (see _observe)
         self._last = self._val_start = 0.0
         self.start_step = 0
         self.created = time.monotonic()
@@ -124,7 +127,7 @@ class CampaignCheckpoint(Callback):
             print(f"{self.job.folder.name}: first step of the chunk after {self.startup_s:.1f} s "
                   "(data, model, compilation)", flush=True)
         if trainer.global_step - self.start_step > 2:  # the first steps compile
-            self._step_s = step_s if self._step_s is None else 0.9 * self._step_s + 0.1 * step_s
+            self._observe(step_s)
         if trainer.global_step >= trainer.max_steps > 0 or not _stoppable(trainer, 0):
             return
         steps_done = trainer.global_step - self.start_step
@@ -133,10 +136,38 @@ class CampaignCheckpoint(Callback):
             self.save_resume(trainer)
             raise BudgetSpent(f"stopped at step {trainer.global_step}")
 
+    def _observe(self, step_s: float) -> None:
+        """Folds a step's seconds into the running average, unless it was a one-off.
+
+        Three slow steps in a row are no one-off: the pace changed, and the average restarts
+        from the last of them.
+        """
+        if self._step_s is None:
+            self._step_s = step_s
+        elif step_s > ONE_OFF * self._step_s:
+            self._slow_run += 1
+            if self._slow_run >= 3:
+                self._step_s, self._slow_run = step_s, 0
+        else:
+            self._step_s, self._slow_run = 0.9 * self._step_s + 0.1 * step_s, 0
+
+    def step_estimate(self, step_s: float) -> float:
+        """The seconds the coming steps are expected to take, the last one's ``step_s`` seen.
+
+        The running average, or the last step where it was slower (the steps slowed down);
+        but not a one-off: a step over :data:`ONE_OFF` times the average compiled or recorded
+        a new shape (a padded length first seen), and the next steps do not repeat it (at most
+        two in a row: a third restarts the average). Taken at face value, one such step before
+        an unmeasured validation (estimated from the step) could stop a fit minutes early.
+        """
+        if self._step_s is None:
+            return step_s
+        return self._step_s if step_s > ONE_OFF * self._step_s else max(self._step_s, step_s)
+
     def _to_next_stop(self, trainer: Trainer, pl_module: LightningModule,
                       step_s: float) -> float:
         """Seconds to the next point where the fit may stop, saved, with the margin."""
-        step = max(self._step_s or step_s, step_s)
+        step = self.step_estimate(step_s)
         val = self._val_s
         if val is None:  # not measured yet: about a training step per validation batch, twice,
             # and a compiled model's first validation compiles its evaluation shapes

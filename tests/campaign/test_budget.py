@@ -48,3 +48,39 @@ def test_validation_after_foresees_every_validation(tmp_path, tiny_mirror, monke
     assert [s for s in steps if Probe.said[s][0]] == Probe.validated
     for step in steps[:-2]:  # looking ahead says what the later batches then said
         assert Probe.said[step][1:] == [Probe.said[step + 1][0], Probe.said[step + 2][0]]
+
+
+def test_a_one_off_slow_step_does_not_count_as_the_pace(tmp_path):
+    """A step that compiled a new padded length (seconds, on a GPU) neither enters the running
+    average nor stands for the steps to come; a lasting slowdown does."""
+    from graphormer_sepnorm.campaign.budget import ONE_OFF, CampaignCheckpoint
+    from graphormer_sepnorm.campaign.state import JobState
+
+    callback = CampaignCheckpoint(JobState(tmp_path / "job", ["fit"]), [0], deadline=1e9)
+    assert callback.step_estimate(0.5) == 0.5  # nothing measured yet: the step itself
+    for _ in range(20):
+        callback._observe(0.01)
+    assert callback.steps_per_s == pytest.approx(100.0)
+    callback._observe(7.0)  # a recompile
+    assert callback.steps_per_s == pytest.approx(100.0)
+    assert callback.step_estimate(7.0) == pytest.approx(0.01)
+    assert callback.step_estimate(0.03) == pytest.approx(0.03)  # slower, not a one-off
+    assert callback.step_estimate(ONE_OFF * 0.01) == pytest.approx(ONE_OFF * 0.01)
+    for _ in range(60):  # the pace itself changes: the average follows
+        callback._observe(0.04)
+    assert callback.steps_per_s == pytest.approx(25.0, rel=0.01)
+
+
+def test_three_slow_steps_in_a_row_are_the_new_pace(tmp_path):
+    from graphormer_sepnorm.campaign.budget import CampaignCheckpoint
+    from graphormer_sepnorm.campaign.state import JobState
+
+    callback = CampaignCheckpoint(JobState(tmp_path / "job", ["fit"]), [0], deadline=1e9)
+    for _ in range(5):
+        callback._observe(0.01)
+    callback._observe(1.0)
+    callback._observe(1.0)
+    assert callback.steps_per_s == pytest.approx(100.0)
+    callback._observe(1.0)  # the third: the steps are this slow now
+    assert callback.steps_per_s == pytest.approx(1.0)
+    assert callback.step_estimate(1.0) == pytest.approx(1.0)
