@@ -28,3 +28,20 @@ def test_torch_compile_takes_them_and_the_function_computes_the_same() -> None:
     x = torch.linspace(-2, 2, 7)
     fn = compiled(lambda t: torch.tanh(t) * 2, backend="eager", fullgraph=True)
     torch.testing.assert_close(fn(x), torch.tanh(x) * 2)
+
+
+def test_a_graphormer_compiles_with_the_workarounds_unless_told_otherwise(monkeypatch) -> None:
+    """``model.compile()`` as a user calls it gets them; other backends or options pass as
+    given."""
+    from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, *args, **kwargs: calls.append(kwargs) or fn)
+    model = Graphormer(GraphormerConfig((4,), (2,), num_layers=1, hidden_dim=8, ffn_dim=8,
+                                        num_heads=2))
+    model.compile(mode="reduce-overhead", dynamic=False)
+    model.compile()
+    model.compile(backend="aot_eager")
+    model.compile(options={"max_autotune": True})
+    assert calls == [compile_kwargs("reduce-overhead", dynamic=False), compile_kwargs(),
+                     {"backend": "aot_eager"}, {"options": {"max_autotune": True}}]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from graphormer_sepnorm.compiling import compile_kwargs
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 from graphormer_sepnorm.nn.config import NORM_SITES, GraphormerConfig, NormSite
@@ -158,6 +160,17 @@ class Graphormer(nn.Module):
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions (logits for classification), ``[B, num_tasks]``."""
         return self.readout(self.embed(batch), batch)
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """``nn.Module.compile``; with inductor, its mode plus the package's workarounds.
+
+        See :mod:`graphormer_sepnorm.compiling` (torch 2.11's Triton tiling assertion on this
+        model). Given ``options`` or another backend, the arguments pass as they are.
+        """
+        if not args and "options" not in kwargs and kwargs.get("backend", "inductor") == \
+                "inductor":
+            kwargs = compile_kwargs(kwargs.pop("mode", None), **kwargs)
+        super().compile(*args, **kwargs)
 
 
 def _head(width: int, hidden: int, outputs: int, dropout: float) -> nn.Module:
