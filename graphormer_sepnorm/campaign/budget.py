@@ -7,7 +7,9 @@
   take), with the step; each validation's values are kept as the job's history.
 - **Stopping in time.** After each training batch it estimates what reaching the next point
   where it may stop would cost (steps, and any validation on the way) and, when that would pass
-  the deadline, saves the resume point and raises :class:`BudgetSpent`. It never stops where
+  the deadline, saves the resume point and raises :class:`BudgetSpent`. Every few minutes it
+  also saves the resume point and goes on, so that a chunk killed anyway (a wrong estimate, a
+  machine taken back) loses only the minutes since. It never stops where
   Lightning would validate next or at an epoch's last batch: Lightning skips a validation that
   was due when it resumes there, so the resumed fit would differ from an uninterrupted one.
   Resumed from such a point (and batches resume mid-epoch), a fit repeats the uninterrupted
@@ -75,13 +77,17 @@ class CampaignCheckpoint(Callback):
             for rehearsals); ``None``: no such limit.
         moments: dtype of AdamW's moments in the resume point.
         margin_s: seconds kept in hand for the unexpected. Default: 5.
+        save_every_s: also save the resume point (and go on) at the first step where the fit
+            may stop this many seconds after the last save, so that a chunk killed past its
+            deadline loses at most this much; ``None``: only when stopping. Default: 180.
     """
 
     def __init__(self, job: JobState, seeds: list[int], deadline: float,
                  max_steps: int | None = None, moments: torch.dtype = torch.float32,
-                 margin_s: float = 5.0) -> None:
+                 margin_s: float = 5.0, save_every_s: float | None = 180.0) -> None:
         self.job, self.seeds, self.deadline = job, list(seeds), deadline
         self.max_steps, self.moments, self.margin_s = max_steps, moments, margin_s
+        self.save_every_s, self._saved_at = save_every_s, 0.0
         self.best: dict[str, dict[str, float]] = {}
         self.history: list[dict[str, Any]] = []
         self._step_s: float | None = None
@@ -116,6 +122,7 @@ class CampaignCheckpoint(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Starts the clocks; notes the step this fit starts from."""
         self.start_step, self._last = trainer.global_step, time.monotonic()
+        self._saved_at = self._last
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
@@ -135,6 +142,9 @@ class CampaignCheckpoint(Callback):
                 now + self._to_next_stop(trainer, pl_module, step_s) > self.deadline:
             self.save_resume(trainer)
             raise BudgetSpent(f"stopped at step {trainer.global_step}")
+        if self.save_every_s is not None and now - self._saved_at >= self.save_every_s:
+            self.save_resume(trainer)  # a chunk killed later resumes from here
+            self._saved_at = time.monotonic()
 
     def _observe(self, step_s: float) -> None:
         """Folds a step's seconds into the running average, unless it was a one-off.

@@ -30,6 +30,8 @@ class Options:
         accelerator: ``cpu``, ``gpu`` or ``auto``.
         scratch: folder for the fits' logs and the resume checkpoint handed to Lightning.
         moments: dtype of AdamW's moments in resume points.
+        save_every_s: seconds between a fit's resume points while it trains (besides the one
+            where it stops); ``None``: only where it stops.
     """
 
     prepared: Path | None
@@ -37,6 +39,7 @@ class Options:
     accelerator: str
     scratch: Path
     moments: torch.dtype = torch.float32
+    save_every_s: float | None = 180.0
 
 
 def _arguments(job: Job, options: Options, seed: int | None = None) -> list[str]:
@@ -74,7 +77,8 @@ def fit_chunk(job: Job, state: JobState, options: Options, deadline: float,
     """
     from graphormer_sepnorm.cli import instantiate
 
-    callback = CampaignCheckpoint(state, list(job.seeds), deadline, max_steps, options.moments)
+    callback = CampaignCheckpoint(state, list(job.seeds), deadline, max_steps, options.moments,
+                                  save_every_s=options.save_every_s)
     cli = instantiate(_arguments(job, options), [callback])
     trainer = cli.trainer
     # the campaign keeps the best models and the resume point; no full checkpoints besides

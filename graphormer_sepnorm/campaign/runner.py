@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--min-start-s", type=float, default=90.0,
                    help="do not start a job's chunk with fewer seconds left (default 90; more "
                         "where its last chunk took longer to reach its first step)")
+    p.add_argument("--save-every-s", type=float, default=180.0,
+                   help="also save a fit's resume point this often while it trains, so that a "
+                        "command killed past its budget loses at most that (default 180)")
     p.add_argument("--prepared", type=Path,
                    help="prepared splits: DIR/<dataset> (else the configs' datamodules)")
     p.add_argument("--data-root", default="data", help="the datamodules' root (default data)")
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = started + args.budget_s
     plan = load_plan(args.plan)
     options = Options(args.prepared, args.data_root, args.accelerator, scratch_folder(),
-                      getattr(torch, plan.moments))
+                      getattr(torch, plan.moments), args.save_every_s)
     meta = {"device": device_name(args.accelerator), "commit": commit_of_code(args.commit),
             "keep_best": plan.keep_best}
     code = meta["commit"].split("+")[0]  # "+smoke-failed" marks rows, not another code

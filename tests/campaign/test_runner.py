@@ -1,6 +1,12 @@
 """The runner's rules for starting a job's chunk and for giving up on a failing job."""
 
+import json
+import subprocess
+import time
+from pathlib import Path
+
 import pytest
+from conftest import PYTHON, REPO, TINY_ARGS, image_env, write_plan
 
 from graphormer_sepnorm.campaign.runner import MAX_FAILURES, gave_up, record_failure, start_seconds
 from graphormer_sepnorm.campaign.state import JobState
@@ -46,3 +52,45 @@ def test_a_status_from_before_the_commit_was_kept_gives_up_as_before(tmp_path):
     state.status["failures"] = MAX_FAILURES
     del state.status["failed_commit"]
     assert gave_up(state, "abc1234")
+
+
+def test_a_command_killed_mid_chunk_resumes_from_its_last_periodic_save(prepared, tmp_path):
+    """A fit saves its resume point while it trains (``--save-every-s``), so a command killed
+    past its budget (the backstop, a machine taken back) loses only the steps since."""
+    args = [str(400) if previous in ("--trainer.max_steps", "--model.total_steps") else a
+            for previous, a in zip([None, *TINY_ARGS], TINY_ARGS, strict=False)]
+    plan = write_plan(tmp_path / "long.yaml", defaults={
+        "presets": ["configs/presets/gpu_fast.yaml"], "args": args})
+    state, job = tmp_path / "state", "zinc_subset-sepnorm*"
+    command = [PYTHON, "-m", "graphormer_sepnorm.campaign", str(plan), str(state),
+               "--prepared", str(prepared), "--accelerator", "cpu", "--only", job]
+    running = subprocess.Popen([*command, "--budget-s", "900", "--save-every-s", "0"],
+                               cwd=REPO, env=image_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        status = wait_for_resume(state, running, least_steps=12)
+    finally:
+        running.kill()
+        running.wait()
+    saved = status["steps"]
+    assert 12 <= saved < 400 and status["chunks"] == 0  # killed: its chunk never ended
+    done = subprocess.run([*command, "--budget-s", "900"], cwd=REPO, env=image_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    status = json.loads(next((state / "jobs").glob(f"{job}/status.json")).read_text())
+    assert status["phase"] == "done" and status["chunk_log"][0]["start_step"] == saved
+
+
+def wait_for_resume(state: Path, process: subprocess.Popen, least_steps: int) -> dict:
+    """The first job's status once it points to a resume point at ``least_steps`` or later."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None:
+        for path in (state / "jobs").glob("*/status.json"):
+            try:
+                status = json.loads(path.read_text())
+            except ValueError:  # being replaced
+                continue
+            if status["resume"] and status["steps"] >= least_steps:
+                return status
+        time.sleep(0.05)
+    raise AssertionError(f"no resume point at step {least_steps} (exit {process.poll()})")
