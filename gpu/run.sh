@@ -80,7 +80,10 @@ say "campaign with ${LEFT}s"
 # The campaign stops itself in time; `timeout` is the backstop (a first lease, 2026-11-27, ran
 # past its budget and the tool's kill took the state with it): TERM 15 s after the budget,
 # KILL 10 s later, and the state saved so far is packed below either way.
+# Recompiles and CUDA graph skips go to the log with their reasons (CAMPAIGN_LOGS= for none):
+# the fits' own pace is in each job's status.json (chunk_log).
 # shellcheck disable=SC2086
+TORCH_LOGS="${CAMPAIGN_LOGS-recompiles,cudagraphs}" \
 timeout -k 10 $(( LEFT + 15 )) "$PY" -m graphormer_sepnorm.campaign "$PLAN" "$STATE" \
     --budget-s "$LEFT" --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" \
     --commit "${COMMIT:-unknown}" ${CAMPAIGN_ARGS:-} >>"$LOG" 2>&1
@@ -89,5 +92,5 @@ STATUS=$?
 tar -C "$STATE" -cf - . | split -b 15m -d - "$OUT/state.tar.part"
 PIECES=$(ls "$OUT"/state.tar.part* | wc -l)
 say "campaign exit $STATUS; state $(du -sk "$STATE" | cut -f1) KiB in $PIECES piece(s)"
-grep -E "^(campaign |[a-z_]+-(sepnorm|sharenorm)-seed)" "$LOG" | tail -20
+grep -E "^(\[campaign |campaign |[a-z_]+-(sepnorm|sharenorm)-seed)" "$LOG" | tail -20
 exit $STATUS
