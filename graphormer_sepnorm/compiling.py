@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["INDUCTOR_WORKAROUNDS", "compile_kwargs", "compiled"]
+__all__ = ["INDUCTOR_WORKAROUNDS", "WorkaroundCompile", "compile_kwargs", "compiled"]
 
 #: Inductor options set in every compile of this package (when the installed torch has them).
 INDUCTOR_WORKAROUNDS: dict[str, Any] = {"triton.coalesce_tiling_analysis": False}
@@ -48,6 +48,21 @@ def compile_kwargs(mode: str | None = None, **kwargs: Any) -> dict[str, Any]:
 def compiled(fn: Callable[..., Any], mode: str | None = None, **kwargs: Any) -> Callable[..., Any]:
     """``torch.compile(fn, ...)`` with :func:`compile_kwargs`."""
     return torch.compile(fn, **compile_kwargs(mode, **kwargs))
+
+
+class WorkaroundCompile:
+    """A module mixin: ``module.compile()`` with inductor gets its mode plus the workarounds.
+
+    So a user's own ``model.compile()`` compiles as the package does. Given ``options`` or
+    another backend, the arguments pass to ``nn.Module.compile`` as they are.
+    """
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """``nn.Module.compile(*args, **kwargs)``, the workarounds added for inductor."""
+        if not args and "options" not in kwargs and kwargs.get("backend", "inductor") == \
+                "inductor":
+            kwargs = compile_kwargs(kwargs.pop("mode", None), **kwargs)
+        super().compile(*args, **kwargs)  # type: ignore[misc]
 
 
 def _has_option(config: Any, key: str) -> bool:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.compiling import compile_kwargs
+from graphormer_sepnorm.compiling import WorkaroundCompile
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 from graphormer_sepnorm.nn.config import NORM_SITES, GraphormerConfig, NormSite
@@ -21,11 +20,10 @@ from graphormer_sepnorm.nn.sepnorm import build_norm
 __all__ = ["NORM_SITES", "FastEncode", "Graphormer"]
 
 FastEncode = Callable[["Graphormer", GraphormerBatch, bool], "Tensor | None"]
-"""Another implementation of :meth:`Graphormer.encode` without attention weights: returns the
-tokens, or ``None`` where it does not apply (see :mod:`graphormer_sepnorm.nn.backends`)."""
+"""Another :meth:`Graphormer.encode`, no weights: the tokens, or ``None`` (see :mod:`.backends`)."""
 
 
-class Graphormer(nn.Module):
+class Graphormer(WorkaroundCompile, nn.Module):
     """Graphormer (Ying et al., 2021), pre-LN, with SepNorm on the graph token.
 
     Atoms are embedded (features + degree), a learned graph token is put at position 0, the layers
@@ -160,17 +158,6 @@ class Graphormer(nn.Module):
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions (logits for classification), ``[B, num_tasks]``."""
         return self.readout(self.embed(batch), batch)
-
-    def compile(self, *args: Any, **kwargs: Any) -> None:
-        """``nn.Module.compile``; with inductor, its mode plus the package's workarounds.
-
-        See :mod:`graphormer_sepnorm.compiling` (torch 2.11's Triton tiling assertion on this
-        model). Given ``options`` or another backend, the arguments pass as they are.
-        """
-        if not args and "options" not in kwargs and kwargs.get("backend", "inductor") == \
-                "inductor":
-            kwargs = compile_kwargs(kwargs.pop("mode", None), **kwargs)
-        super().compile(*args, **kwargs)
 
 
 def _head(width: int, hidden: int, outputs: int, dropout: float) -> nn.Module:
