@@ -93,4 +93,5 @@ tar -C "$STATE" -cf - . | split -b 15m -d - "$OUT/state.tar.part"
 PIECES=$(ls "$OUT"/state.tar.part* | wc -l)
 say "campaign exit $STATUS; state $(du -sk "$STATE" | cut -f1) KiB in $PIECES piece(s)"
 grep -E "^(\[campaign |campaign |[a-z_]+-(sepnorm|sharenorm)-seed)" "$LOG" | tail -20
+bash "$(dirname "$0")/cut_log.sh" "$LOG"
 exit $STATUS

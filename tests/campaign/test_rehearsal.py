@@ -145,3 +145,14 @@ def test_a_campaign_past_its_budget_is_stopped_and_its_state_still_comes_back(bu
     assert "campaign stopped by the backstop (exit 124)" in log
     unpack(out, tmp_path / "back")
     assert (tmp_path / "back" / "jobs" / "stuck" / "status.json").read_text() == "saved\n"
+
+
+def test_a_log_over_the_tools_limit_keeps_its_head_and_tail(tmp_path):
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"a" * 600 + b"b" * 400)
+    subprocess.run(["bash", "gpu/cut_log.sh", str(log), "2000"], cwd=REPO, check=True)
+    assert log.read_bytes() == b"a" * 600 + b"b" * 400  # under the limit: as it was
+    subprocess.run(["bash", "gpu/cut_log.sh", str(log), "500"], cwd=REPO, check=True)
+    head, note, tail = log.read_bytes().split(b"\n")
+    assert head == b"a" * 250 and tail == b"b" * 250
+    assert note == b"[gpu/cut_log.sh: 500 bytes cut here; the first and last 250 kept]"
