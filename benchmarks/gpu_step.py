@@ -112,10 +112,10 @@ class StepTimer(Callback):
 
     Also each timed step's host seconds (from the previous step's end to its end, its batch's
     gather included, without waiting for the device: near the step's whole time, the step is
-    bound by the host's launches), the graphs
-    dynamo compiled, the CUDA graph skips and the padded lengths first seen (each a new shape:
-    a compile or a CUDA graph recording) during the timed steps, and, with ``profile``, a
-    ``torch.profiler`` table of ``profile_steps`` more steps after them.
+    bound by the host's launches), the graphs dynamo compiled, the CUDA graph skips and the
+    padded lengths first seen (each a new shape: a compile or a CUDA graph recording) during
+    the timed steps, and, with ``profile_steps``, a ``torch.profiler`` table of that many more
+    steps after them.
     """
 
     def __init__(self, warmup: int, steps: int, profile_steps: int = 0, label: str = "") -> None:
