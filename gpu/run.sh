@@ -84,7 +84,8 @@ say "campaign with ${LEFT}s"
 # the fits' own pace is in each job's status.json (chunk_log).
 # shellcheck disable=SC2086
 TORCH_LOGS="${CAMPAIGN_LOGS-recompiles,cudagraphs}" \
-timeout -k 10 $(( LEFT + 15 )) "$PY" -m graphormer_sepnorm.campaign "$PLAN" "$STATE" \
+timeout -k 10 $(( LEFT > 0 ? LEFT + 15 : 15 )) "$PY" -m graphormer_sepnorm.campaign \
+    "$PLAN" "$STATE" \
     --budget-s "$LEFT" --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" \
     --commit "${COMMIT:-unknown}" ${CAMPAIGN_ARGS:-} >>"$LOG" 2>&1
 STATUS=$?
