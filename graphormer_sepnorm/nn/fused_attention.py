@@ -14,6 +14,7 @@ replicas into its batch).
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,12 +45,9 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p: float,
     respect to argument 'attn_bias'``). Graphormer's bias is trained: the memory-efficient
     kernel returns its gradient. Elsewhere, SDPA's own choice.
     """
-    if restricts_backends(q):
-        with sdpa_kernel(CUDA_BACKENDS):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
-                                                  scale=scale)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
-                                          scale=scale)
+    with sdpa_kernel(CUDA_BACKENDS) if restricts_backends(q) else nullcontext():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
+                                              scale=scale)
 
 
 def restricts_backends(q: Tensor) -> bool:

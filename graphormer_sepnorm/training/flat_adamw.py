@@ -144,8 +144,8 @@ class FlatAdamW(torch.optim.Optimizer):
         A mask left on the CPU beside CUDA parameters failed the step on a GPU (2026-11-27).
         """
         mask = group.get("decay_mask")
-        if mask is None or (mask.device == param.device and not self.compile_mode):
-            return mask
+        if mask is None:
+            return None
         if mask.device != param.device:
             mask = group["decay_mask"] = mask.to(param.device)
         if self.compile_mode and not getattr(mask, "_flat_adamw_static", False):

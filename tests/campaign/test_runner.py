@@ -57,10 +57,9 @@ def test_a_status_from_before_the_commit_was_kept_gives_up_as_before(tmp_path):
 def test_a_command_killed_mid_chunk_resumes_from_its_last_periodic_save(prepared, tmp_path):
     """A fit saves its resume point while it trains (``--save-every-s``), so a command killed
     past its budget (the backstop, a machine taken back) loses only the steps since."""
-    args = [str(400) if previous in ("--trainer.max_steps", "--model.total_steps") else a
-            for previous, a in zip([None, *TINY_ARGS], TINY_ARGS, strict=False)]
+    longer = [*TINY_ARGS, "--trainer.max_steps", "400", "--model.total_steps", "400"]
     plan = write_plan(tmp_path / "long.yaml", defaults={
-        "presets": ["configs/presets/gpu_fast.yaml"], "args": args})
+        "presets": ["configs/presets/gpu_fast.yaml"], "args": longer})
     state, job = tmp_path / "state", "zinc_subset-sepnorm*"
     command = [PYTHON, "-m", "graphormer_sepnorm.campaign", str(plan), str(state),
                "--prepared", str(prepared), "--accelerator", "cpu", "--only", job]
@@ -79,6 +78,7 @@ def test_a_command_killed_mid_chunk_resumes_from_its_last_periodic_save(prepared
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     status = json.loads(next((state / "jobs").glob(f"{job}/status.json")).read_text())
     assert status["phase"] == "done" and status["chunk_log"][0]["start_step"] == saved
+    assert status["steps"] == 400  # the longer schedule: the later arguments win
 
 
 def wait_for_resume(state: Path, process: subprocess.Popen, least_steps: int) -> dict:
