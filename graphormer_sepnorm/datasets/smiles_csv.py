@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import math
 import warnings
 from collections.abc import Iterator, Sequence
@@ -145,12 +146,18 @@ def murcko_scaffold(smiles: str) -> str:
         return MurckoScaffold.MurckoScaffoldSmiles(smiles=smiles, includeChirality=False)
 
 
-def scaffold_split(scaffolds: Sequence[str], sizes: Sequence[float]) -> list[list[int]]:
-    """Deterministic scaffold split (as OGB's and chemprop's ``balanced=False``).
+def scaffold_split(scaffolds: Sequence[str], sizes: Sequence[float],
+                   seed: int | None = 0) -> list[list[int]]:
+    """Deterministic scaffold split, its ties in an order that does not depend on the file.
 
-    Molecules are grouped by scaffold; groups, largest first (ties: first seen in the file
-    first), fill train up to its share, then validation, then test. A scaffold never spans two
-    splits, so the shares are met only approximately.
+    Molecules are grouped by scaffold; groups, largest first, fill train up to its share, then
+    validation, then test. A scaffold never spans two splits, so the shares are met only
+    approximately. Groups of equal size (most are single molecules) are ordered by a hash of
+    ``seed`` and the scaffold, not by where they appear in the file: files are often sorted (by
+    activity, compound id, date), and file order would send the last rows' scaffolds to test
+    (a set sorted by potency got a test split 2 pKi units more potent than its validation one).
+    ``seed=None`` keeps file order for ties, as OGB's and chemprop's ``balanced=False`` split
+    (and this function before the change) do.
 
     Returns:
         Row indices of train, val and test.
@@ -161,7 +168,8 @@ def scaffold_split(scaffolds: Sequence[str], sizes: Sequence[float]) -> list[lis
     n = len(scaffolds)
     train_cut, val_cut = sizes[0] * n, (sizes[0] + sizes[1]) * n
     out: list[list[int]] = [[], [], []]
-    for group in sorted(groups.values(), key=len, reverse=True):
+    for scaffold in sorted(groups, key=lambda s: (-len(groups[s]), _tie_key(s, seed))):
+        group = groups[scaffold]
         if len(out[0]) + len(group) <= train_cut:
             out[0] += group
         elif len(out[0]) + len(out[1]) + len(group) <= val_cut:
@@ -169,6 +177,13 @@ def scaffold_split(scaffolds: Sequence[str], sizes: Sequence[float]) -> list[lis
         else:
             out[2] += group
     return [sorted(indices) for indices in out]
+
+
+def _tie_key(scaffold: str, seed: int | None) -> str:
+    """Order of equal-sized scaffold groups: a seeded hash, or file order (``''``, stable sort)."""
+    if seed is None:
+        return ""
+    return hashlib.sha256(f"{seed}:{scaffold}".encode()).hexdigest()
 
 
 def random_split(n: int, sizes: Sequence[float], seed: int) -> list[list[int]]:
@@ -195,8 +210,9 @@ class SmilesCSVDataModule(GraphDataModule):
       warning (``'skip'``), both giving the featurizer's reason.
 
     Splits: ``'scaffold'`` groups Bemis-Murcko scaffolds (RDKit, without chirality) and fills
-    train, then val, then test with the groups, largest first (OGB's and chemprop's deterministic
-    scaffold split; ``split_seed`` is not used). ``'random'`` is a permutation seeded by
+    train, then val, then test with the groups, largest first; groups of equal size in an order
+    hashed from ``split_seed`` (:func:`scaffold_split`), so a file sorted by activity does not
+    put its most (or least) active singletons in test. ``'random'`` is a permutation seeded by
     ``split_seed``. ``'column'`` reads ``split_column`` (train, val or valid, test).
 
     Args:
@@ -216,7 +232,12 @@ class SmilesCSVDataModule(GraphDataModule):
         split: ``'scaffold'``, ``'random'`` or ``'column'``. Default: ``'scaffold'``.
         split_column: header of the split column for ``split='column'``. Default: ``'split'``.
         split_sizes: train, val, test shares for scaffold and random splits (sum 1).
-        split_seed: seed of the random split. Default: 0.
+        split_seed: seed of the random split and of the scaffold split's ties. Default: 0.
+        scaffold_ties: ``'hashed'`` (by ``split_seed``) or ``'file_order'``: OGB's and
+            chemprop's deterministic split, and this package's before the change; checkpoints
+            saved before it record no ``scaffold_ties`` and are read back with it
+            (:func:`~graphormer_sepnorm.training.from_checkpoint.checkpoint_data`), so their
+            test split is the one they were fit beside. Default: ``'hashed'``.
         on_invalid: ``'error'`` or ``'skip'`` rows with a SMILES that cannot be featurized.
         **kwargs: see :class:`~graphormer_sepnorm.datasets.base.GraphDataModule` (``root`` is
             unused: nothing is cached on disk).
@@ -228,6 +249,7 @@ class SmilesCSVDataModule(GraphDataModule):
                  split: Literal["random", "scaffold", "column"] = "scaffold",
                  split_column: str = "split",
                  split_sizes: tuple[float, float, float] = (0.8, 0.1, 0.1), split_seed: int = 0,
+                 scaffold_ties: Literal["hashed", "file_order"] = "hashed",
                  on_invalid: Literal["error", "skip"] = "error", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
@@ -235,6 +257,7 @@ class SmilesCSVDataModule(GraphDataModule):
         _check_choice("task", task, ("regression", "binary"))
         _check_choice("split", split, ("random", "scaffold", "column"))
         _check_choice("on_invalid", on_invalid, ("error", "skip"))
+        _check_choice("scaffold_ties", scaffold_ties, ("hashed", "file_order"))
         if not columns:
             raise ValueError("target_columns needs at least one column")
         if len(split_sizes) != 3 or min(split_sizes) < 0 or abs(sum(split_sizes) - 1) > 1e-6:
@@ -246,6 +269,7 @@ class SmilesCSVDataModule(GraphDataModule):
             smiles_column, task, split, split_column)
         self.split_sizes = tuple(float(s) for s in split_sizes)
         self.split_seed, self.on_invalid = split_seed, on_invalid
+        self.scaffold_ties = scaffold_ties
         self.featurizer = build_featurizer(featurizer, max_atoms=max_atoms,
                                            mol_features=mol_features or [])
 
@@ -281,7 +305,8 @@ class SmilesCSVDataModule(GraphDataModule):
             parts = random_split(len(keep), self.split_sizes, self.split_seed)
         else:
             scaffolds = [murcko_scaffold(table.smiles[i].strip()) for i in keep]
-            parts = scaffold_split(scaffolds, self.split_sizes)
+            seed = self.split_seed if self.scaffold_ties == "hashed" else None
+            parts = scaffold_split(scaffolds, self.split_sizes, seed)
         return [[keep[j] for j in part] for part in parts]
 
     def load_splits(self) -> dict[str, list[Data]]:

@@ -44,6 +44,9 @@ def checkpoint_data(path: str | Path) -> dict[str, Any] | None:
     if "_class_path" not in hparams:
         return None
     init = {k: v for k, v in hparams.items() if not k.startswith("_") and k not in LINKED}
+    if hparams["_class_path"].endswith("SmilesCSVDataModule"):
+        # saved before scaffold ties were hashed: its splits broke them in file order
+        init.setdefault("scaffold_ties", "file_order")
     return {"class_path": hparams["_class_path"], "init_args": init}
 
 

@@ -155,10 +155,39 @@ def test_scaffold_split_keeps_scaffolds_together_and_is_deterministic(tmp_path):
         "train": [0, 1, 2, 3, 4, 5], "val": [7, 8, 9, 10, 11], "test": [6, 12, 13, 14, 15]}
 
 
-def test_scaffold_split_function_ties_in_file_order():
+def test_scaffold_split_function_ties_in_file_order_without_a_seed():
     # Ties between a and b go in file order (a first); a later small group may still fit train.
-    parts = scaffold_split(["a", "b", "b", "a", "c", ""], (0.5, 0.25, 0.25))
+    parts = scaffold_split(["a", "b", "b", "a", "c", ""], (0.5, 0.25, 0.25), seed=None)
     assert parts == [[0, 3, 4], [1, 2], [5]]
+
+
+def test_scaffold_split_ties_do_not_depend_on_file_order():
+    scaffolds = [f"s{i}" for i in range(40)] + ["big"] * 10  # 40 singletons, one group of 10
+    members = [[{order[i] for i in part} for part in scaffold_split(order, (0.5, 0.25, 0.25))]
+               for order in (scaffolds, scaffolds[::-1])]
+    # the same scaffolds in each split whatever the order of the rows; the largest group first
+    assert members[0] == members[1] and "big" in members[0][0]
+    assert [len(p) for p in scaffold_split(scaffolds, (0.5, 0.25, 0.25))] == [25, 12, 13]
+    # ties are not in file order: the 12 validation singletons are not the 15th to 26th rows
+    val = {scaffolds[i] for i in scaffold_split(scaffolds, (0.5, 0.25, 0.25))[1]}
+    assert val != {f"s{i}" for i in range(15, 27)}
+    other = {scaffolds[i] for i in scaffold_split(scaffolds, (0.5, 0.25, 0.25), seed=1)[1]}
+    assert other != val
+
+
+def test_scaffold_split_of_a_file_sorted_by_target_keeps_val_and_test_alike(tmp_path):
+    # 60 single-molecule scaffolds written in order of their target (an assay export sorted by
+    # potency): file-order ties give test the 6 largest targets, hashed ties a spread like val's
+    smiles = [f"C1CC1{'C' * k}C1CC1" for k in range(60)]  # the linker is in the scaffold
+    path = indexed_csv(tmp_path / "sorted.csv", smiles)
+    old = load(path, split_sizes=(0.8, 0.1, 0.1), scaffold_ties="file_order")
+    assert rows_of(old["test"]) == list(range(54, 60))
+    new = load(path, split_sizes=(0.8, 0.1, 0.1))
+    assert [len(new[k]) for k in ("train", "val", "test")] == [48, 6, 6]
+    assert rows_of(new["test"]) != list(range(54, 60))
+    assert 10 < np.mean(rows_of(new["test"])) < 50
+    with pytest.raises(ValueError, match="scaffold_ties"):
+        load(path, scaffold_ties="sorted")
 
 
 def test_random_split_sizes_and_seed(tmp_path):
