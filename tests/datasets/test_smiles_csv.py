@@ -163,16 +163,19 @@ def test_scaffold_split_function_ties_in_file_order_without_a_seed():
 
 def test_scaffold_split_ties_do_not_depend_on_file_order():
     scaffolds = [f"s{i}" for i in range(40)] + ["big"] * 10  # 40 singletons, one group of 10
-    members = [[{order[i] for i in part} for part in scaffold_split(order, (0.5, 0.25, 0.25))]
-               for order in (scaffolds, scaffolds[::-1])]
+
+    def members(order: list[str], parts: list[list[int]]) -> list[set[str]]:
+        return [{order[i] for i in part} for part in parts]
+
+    parts = scaffold_split(scaffolds, (0.5, 0.25, 0.25))
+    assert [len(part) for part in parts] == [25, 12, 13]
+    split, reverse = members(scaffolds, parts), scaffolds[::-1]
     # the same scaffolds in each split whatever the order of the rows; the largest group first
-    assert members[0] == members[1] and "big" in members[0][0]
-    assert [len(p) for p in scaffold_split(scaffolds, (0.5, 0.25, 0.25))] == [25, 12, 13]
+    assert split == members(reverse, scaffold_split(reverse, (0.5, 0.25, 0.25)))
+    assert "big" in split[0]
     # ties are not in file order: the 12 validation singletons are not the 15th to 26th rows
-    val = {scaffolds[i] for i in scaffold_split(scaffolds, (0.5, 0.25, 0.25))[1]}
-    assert val != {f"s{i}" for i in range(15, 27)}
-    other = {scaffolds[i] for i in scaffold_split(scaffolds, (0.5, 0.25, 0.25), seed=1)[1]}
-    assert other != val
+    assert split[1] != {f"s{i}" for i in range(15, 27)}
+    assert members(scaffolds, scaffold_split(scaffolds, (0.5, 0.25, 0.25), seed=1))[1] != split[1]
 
 
 def test_scaffold_split_of_a_file_sorted_by_target_keeps_val_and_test_alike(tmp_path):
