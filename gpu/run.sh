@@ -68,9 +68,11 @@ else
     smoke
 fi
 if [ "${STEP_BENCH:-0}" = 1 ]; then
-    # recompiles and CUDA graph skips logged with their reasons (STEP_BENCH_LOGS= for none)
+    # recompiles and CUDA graph skips logged with their reasons (STEP_BENCH_LOGS= for none);
+    # KILL 10 s after TERM: Lightning catches TERM and went on (the second lease lost its
+    # campaign that way)
     # shellcheck disable=SC2086
-    TORCH_LOGS="${STEP_BENCH_LOGS-recompiles,cudagraphs}" timeout "${STEP_BENCH_S:-240}" \
+    TORCH_LOGS="${STEP_BENCH_LOGS-recompiles,cudagraphs}" timeout -k 10 "${STEP_BENCH_S:-240}" \
         "$PY" benchmarks/gpu_step.py --prepared "$BUNDLE/data" --profile-dir "$OUT" \
         ${STEP_BENCH_ARGS:-} >>"$LOG" 2>&1
     say "gpu_step: $(grep '^gpu_step ' "$LOG" | tail -1)"

@@ -8,8 +8,9 @@ output. The padding is written with the q/k/v projection's bias (one kernel that
 step has anyway: the efficient kernel reads a materialized input); padding the projection
 weights instead cost two more small kernels per layer, forward and backward.
 :class:`~graphormer_sepnorm.nn.attention.BiasedMultiheadAttention` takes this path wherever
-:func:`fused_head_dim` gives a size, under ``vmap`` too (SDPA's batching rule folds the
-replicas into its batch).
+:func:`fused_head_dim` gives a size, under ``vmap`` too (the kernel's batching rule folds the
+replicas into its batch). :func:`sdpa` calls that kernel itself on CUDA
+(:func:`efficient_attention` says why).
 """
 
 from __future__ import annotations
@@ -26,8 +27,13 @@ if TYPE_CHECKING:
     from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 
 
-#: SDPA's kernels allowed on CUDA: the two that differentiate an additive bias.
+#: SDPA's kernels allowed on CUDA where :func:`uses_efficient_kernel` says no (float64, say):
+#: the two that differentiate an additive bias.
 CUDA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+#: The memory-efficient kernel, called by :func:`efficient_attention` (a name tests can replace).
+EFFICIENT_KERNEL = torch.ops.aten._scaled_dot_product_efficient_attention
+#: The bias's row alignment, in elements, that SDPA itself pads the bias to for that kernel.
+BIAS_ALIGNMENT = 16
 
 
 def fused_head_dim(head_dim: int, device: torch.device) -> int | None:
@@ -37,14 +43,16 @@ def fused_head_dim(head_dim: int, device: torch.device) -> int | None:
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p: float,
          scale: float) -> Tensor:
-    """``F.scaled_dot_product_attention`` with an additive bias (one place to swap it).
+    """Attention of ``q`` ``[B, H, Lq, E]`` over ``k``, ``v`` ``[B, H, L, E]`` plus ``bias``.
 
-    On CUDA, among :data:`CUDA_BACKENDS` only: torch 2.11 picked cuDNN's kernel for packed
-    replicas in bf16 (on an H200), whose backward has no gradient for the bias, and the compiled
-    training step failed (``'_scaled_dot_product_cudnn_attention' is not differentiable with
-    respect to argument 'attn_bias'``). Graphormer's bias is trained: the memory-efficient
-    kernel returns its gradient. Elsewhere, SDPA's own choice.
+    On CUDA, through :func:`efficient_attention` where it applies; otherwise
+    ``F.scaled_dot_product_attention``, on CUDA among :data:`CUDA_BACKENDS` only (torch 2.11
+    picked cuDNN's kernel for packed replicas in bf16, whose backward has no gradient for the
+    bias: ``'_scaled_dot_product_cudnn_attention' is not differentiable with respect to
+    argument 'attn_bias'``, an H200, 2026-11-27). Elsewhere, SDPA's own choice.
     """
+    if uses_efficient_kernel(q):
+        return efficient_attention(q, k, v, bias, dropout_p, scale)
     with sdpa_kernel(CUDA_BACKENDS) if restricts_backends(q) else nullcontext():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                               scale=scale)
@@ -53,6 +61,30 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p: float,
 def restricts_backends(q: Tensor) -> bool:
     """Whether :func:`sdpa` keeps SDPA to :data:`CUDA_BACKENDS` for ``q``: on CUDA."""
     return q.is_cuda
+
+
+def uses_efficient_kernel(q: Tensor) -> bool:
+    """Whether :func:`sdpa` calls the kernel itself: on CUDA, 16-bit or float32, ``E % 8 == 0``."""
+    return (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+            and q.shape[-1] % 8 == 0)
+
+
+def efficient_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p: float,
+                        scale: float) -> Tensor:
+    """SDPA's memory-efficient kernel, asked for the backward's statistics whenever grad is on.
+
+    SDPA asks the kernel for its log-sum-exp (what the backward needs) only when ``q``, ``k``
+    or ``v`` requires grad, and under ``vmap`` (packed replicas) none reports that it does.
+    Without it the backward failed (``LSE is not correctly aligned (strideH)``, an H200,
+    2026-11-27), and the trained bias alone would not have been reason enough. The bias's rows
+    are padded to :data:`BIAS_ALIGNMENT` as SDPA pads them for this kernel.
+    """
+    length = bias.shape[-1]
+    if length % BIAS_ALIGNMENT:
+        bias = F.pad(bias, (0, -length % BIAS_ALIGNMENT))[..., :length]
+    out, *_ = EFFICIENT_KERNEL(q, k, v, bias, torch.is_grad_enabled(), dropout_p, False,
+                               scale=scale)
+    return out
 
 
 def padded(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor, queries: int,

@@ -11,6 +11,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from data.test_grid import mixed_graphs
 from nn.test_backends import assert_same, model_pair, run
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -110,3 +111,45 @@ def test_packed_padded_heads_compiled_with_the_cuda_backends(monkeypatch) -> Non
     out.pow(2).sum().backward()
     torch.testing.assert_close(out, explicit(batch), rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(padded.flat.grad, explicit.flat.grad, rtol=1e-10, atol=1e-10)
+
+
+def math_kernel(calls: list[tuple[bool, tuple[int, ...]]]):
+    """A CPU stand-in for :data:`~.fused_attention.EFFICIENT_KERNEL` recording what it is asked
+    (log-sum-exp or not, the bias's strides) and computing SDPA's math."""
+
+    def kernel(q, k, v, bias, compute_log_sumexp, dropout_p, is_causal, *, scale):
+        calls.append((compute_log_sumexp, bias.stride()))
+        with sdpa_kernel(SDPBackend.MATH):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
+                                                 scale=scale)
+        return out, None, None, None
+
+    return kernel
+
+
+def test_efficient_kernel_is_asked_for_its_statistics_under_vmap(monkeypatch) -> None:
+    """Packed replicas on CUDA: the kernel is asked for the backward's log-sum-exp although no
+    input reports requires_grad under vmap (an H200's backward failed without it), its bias
+    rows 16-aligned as SDPA pads them; the replicas' outputs and gradients are the explicit
+    attention's, eager and compiled."""
+    first, second, batch = two_replicas()
+    explicit = PackedReplicas([first, second]).train()
+    explicit(batch).pow(2).sum().backward()
+    calls: list[tuple[bool, tuple[int, ...]]] = []
+    monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 8)
+    monkeypatch.setattr(fused_attention, "uses_efficient_kernel", lambda q: True)
+    monkeypatch.setattr(fused_attention, "EFFICIENT_KERNEL", math_kernel(calls))
+    for compiled in (False, True):
+        padded = PackedReplicas([first, second]).train()
+        forward = torch.compile(padded, backend="aot_eager", fullgraph=True) if compiled \
+            else padded
+        out = forward(batch)
+        out.pow(2).sum().backward()
+        torch.testing.assert_close(out, explicit(batch), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(padded.flat.grad, explicit.flat.grad, rtol=1e-10,
+                                   atol=1e-10)
+    assert calls and all(lse and strides[-2] % 16 == 0 for lse, strides in calls)
+    calls.clear()
+    with torch.no_grad():
+        padded(batch)
+    assert calls and not any(lse for lse, _ in calls)
