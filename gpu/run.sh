@@ -48,7 +48,7 @@ export TORCHINDUCTOR_COALESCE_TILING_ANALYSIS=0 PYTHONUNBUFFERED=1
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
     >>"$LOG" 2>&1
 smoke() {
-    timeout 180 "$PY" -m pytest -q -m gpu "${SMOKE_TESTS:-tests/gpu}" -p no:cacheprovider \
+    timeout -k 10 180 "$PY" -m pytest -q -m gpu "${SMOKE_TESTS:-tests/gpu}" -p no:cacheprovider \
         >>"$LOG" 2>&1
     SMOKE=$?
     say "smoke check: exit $SMOKE ($(grep -E '[0-9]+ (passed|failed)' "$LOG" | tail -1))"
