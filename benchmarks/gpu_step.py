@@ -49,6 +49,7 @@ from torch_geometric.data import Data
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _flops import model_flops  # noqa: E402
 
+from graphormer_sepnorm.campaign.step_profile import profile_report  # noqa: E402
 from graphormer_sepnorm.datasets.base import GraphDataModule  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
 from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
@@ -192,19 +193,6 @@ def _activities() -> list[torch.profiler.ProfilerActivity]:
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     return activities
-
-
-def profile_report(profiler: torch.profiler.profile, title: str, steps: int) -> str:
-    """Launches per step (kernels, CUDA graphs, copies) and the top operators by device time."""
-    events = profiler.key_averages()
-    launches = {e.key: e.count / steps for e in events
-                if e.key in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx",
-                             "cudaLaunchKernelExC", "cudaGraphLaunch", "cudaMemcpyAsync",
-                             "cudaStreamSynchronize", "cudaDeviceSynchronize")}
-    sort = "self_device_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-    table = events.table(sort_by=sort, row_limit=30, max_name_column_width=60)
-    per_step = ", ".join(f"{k} {v:.1f}" for k, v in sorted(launches.items())) or "none"
-    return f"## {title} ({steps} steps)\nper step: {per_step}\n{table}\n"
 
 
 def _sync() -> None:

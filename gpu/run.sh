@@ -5,15 +5,17 @@
 #   LIMIT_S=600 COMMIT=<git short hash> bash gpu/run.sh campaigns/paper_table.yaml
 #
 # Steps: (1) the bundle's wheels (jsonargparse & co.) into $SITE with pip --no-index --target;
-# (2) the CUDA smoke check, pytest -m gpu tests/gpu. A lease is rare, so a failure does not
-# stop the command (SMOKE_FAIL=stop does): it is logged, $OUT/SMOKE_FAILED is written and every
-# results row of this command carries "+smoke-failed" in its commit column, for a later session
-# to read log.txt and keep or drop them (the committed state can be reverted);
-# (3) optionally (STEP_BENCH=1) benchmarks/gpu_step.py on the bundle's data, its profiles to $OUT
+# (2) optionally (STEP_BENCH=1) benchmarks/gpu_step.py on the bundle's data, its profiles to $OUT
 # (STEP_BENCH_ARGS, e.g. "--datasets zinc_subset --k 4"; STEP_BENCH_S, its limit, default 240);
-# (4) the campaign on the state folder campaigns/state/<plan> with the seconds left, under a
-# backstop `timeout`; (5) the state folder, cut into pieces of at most 15 MiB
-# (state.tar.partNN), and log.txt to $OUT. Back here:
+# (3) the campaign on the state folder campaigns/state/<plan> with the seconds left, under a
+# backstop `timeout`, and beside it the CUDA smoke check, pytest -m gpu tests/gpu (it took
+# 150 s of a lease's 600 before the campaign, 2026-11-27; SMOKE_MODE=first runs it before
+# step 2 instead). A lease is rare, so a failure does not stop the command (SMOKE_FAIL=stop
+# does, with SMOKE_MODE=first): it is logged, $OUT/SMOKE_FAILED is written and each results
+# row of this command carries "+smoke-failed" in its commit column ("+smoke-pending" when
+# written before the verdict), for a later session to read log.txt and keep or drop them
+# (the committed state can be reverted); (4) the state folder, cut into pieces of at most
+# 15 MiB (state.tar.partNN), and log.txt to $OUT. Back here:
 # `gpu/unpack.sh FILES_AT` puts the state in place; commit it. Exit status: the campaign's
 # (0 all done, 3 work left, 1 a job failed; 124 or 137 when the backstop stopped it), 2 when it
 # did not run.
@@ -21,7 +23,7 @@
 # CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py):
 # --accelerator cpu, and no smoke check unless SMOKE_DEVICE=cpu (its tests on the CPU;
 # SMOKE_TESTS: which, default tests/gpu). Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S
-# (seconds kept for step 5 and the tool's margin, default 45), CAMPAIGN_ARGS (appended to the
+# (seconds kept for step 4 and the tool's margin, default 45), CAMPAIGN_ARGS (appended to the
 # campaign's).
 set -uo pipefail
 T0=$(date +%s)
@@ -47,25 +49,41 @@ export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TORCHINDUCTOR_COALESCE_TILING_ANALYSIS=0 PYTHONUNBUFFERED=1
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
     >>"$LOG" 2>&1
-smoke() {
-    timeout -k 10 180 "$PY" -m pytest -q -m gpu "${SMOKE_TESTS:-tests/gpu}" -p no:cacheprovider \
-        >>"$LOG" 2>&1
-    SMOKE=$?
-    say "smoke check: exit $SMOKE ($(grep -E '[0-9]+ (passed|failed)' "$LOG" | tail -1))"
-    if [ "$SMOKE" != 0 ]; then
-        [ "${SMOKE_FAIL:-continue}" = stop ] && exit 2
-        say "SMOKE CHECK FAILED: training anyway, results marked +smoke-failed (see above)"
-        COMMIT="${COMMIT:-unknown}+smoke-failed"
-        echo "smoke check exit $SMOKE; see log.txt" >"$OUT/SMOKE_FAILED"
+VERDICT="${TMPDIR:-/tmp}/graphormer-sepnorm-smoke.$$.verdict"
+SMOKE_LOG="${TMPDIR:-/tmp}/graphormer-sepnorm-smoke.$$.log"
+SMOKE_PID=
+smoke() {  # the smoke check, within $1 seconds; its verdict file says passed or failed
+    timeout -k 10 "$1" "$PY" -m pytest -q -m gpu "${SMOKE_TESTS:-tests/gpu}" \
+        -p no:cacheprovider >"$SMOKE_LOG" 2>&1
+    local status=$?
+    if [ "$status" = 0 ]; then echo passed >"$VERDICT"; else echo failed >"$VERDICT"; fi
+    return "$status"
+}
+smoke_report() {  # once it ended ($1: its exit status): its output into the log, and flags
+    cat "$SMOKE_LOG" >>"$LOG"
+    say "smoke check: exit $1 ($(grep -E '[0-9]+ (passed|failed)' "$SMOKE_LOG" | tail -1))"
+    if [ "$1" != 0 ]; then
+        say "SMOKE CHECK FAILED: the campaign trained anyway; its rows say +smoke-failed, or" \
+            "+smoke-pending for those written before the verdict (see above)"
+        echo "smoke check exit $1; see log.txt" >"$OUT/SMOKE_FAILED"
     fi
 }
+SMOKE_RUNS=1
+VERDICT_ARGS=()  # the campaign marks its rows with the smoke check's verdict
 if [ "${CPU:-0}" = 1 ]; then
     ACCELERATOR=cpu
-    [ -n "${SMOKE_DEVICE:-}" ] && GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=$SMOKE_DEVICE smoke
+    [ -n "${SMOKE_DEVICE:-}" ] || SMOKE_RUNS=0
+    export GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=${SMOKE_DEVICE:-cpu}
 else
     ACCELERATOR=gpu
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
-    smoke
+fi
+[ "$SMOKE_RUNS" = 1 ] && VERDICT_ARGS=(--smoke-verdict "$VERDICT")
+if [ "$SMOKE_RUNS" = 1 ] && [ "${SMOKE_MODE:-parallel}" = first ]; then
+    smoke 180
+    STATUS=$?
+    smoke_report "$STATUS"
+    [ "$STATUS" != 0 ] && [ "${SMOKE_FAIL:-continue}" = stop ] && exit 2
 fi
 if [ "${STEP_BENCH:-0}" = 1 ]; then
     # recompiles and CUDA graph skips logged with their reasons (STEP_BENCH_LOGS= for none);
@@ -78,20 +96,34 @@ if [ "${STEP_BENCH:-0}" = 1 ]; then
     say "gpu_step: $(grep '^gpu_step ' "$LOG" | tail -1)"
 fi
 LEFT=$(( LIMIT_S - ($(date +%s) - T0) - RESERVE_S ))
+if [ "$SMOKE_RUNS" = 1 ] && [ "${SMOKE_MODE:-parallel}" != first ]; then
+    # beside the campaign, whose first minutes compile on the CPU while the GPU waits; after
+    # the step benchmark, whose timing it would disturb
+    smoke $(( LEFT < 180 ? (LEFT > 10 ? LEFT : 10) : 180 )) &
+    SMOKE_PID=$!
+    say "smoke check started beside the campaign"
+fi
 say "campaign with ${LEFT}s"
 # The campaign stops itself in time; `timeout` is the backstop (a first lease, 2026-11-27, ran
 # past its budget and the tool's kill took the state with it): TERM 15 s after the budget,
 # KILL 10 s later, and the state saved so far is packed below either way.
 # Recompiles and CUDA graph skips go to the log with their reasons (CAMPAIGN_LOGS= for none):
-# the fits' own pace is in each job's status.json (chunk_log).
+# the fits' own pace is in each job's status.json (chunk_log), and a profile of PROFILE_STEPS
+# steps (default 20; 0: none) of each job's fit, once per code, in its profile-<commit>.txt.
 # shellcheck disable=SC2086
 TORCH_LOGS="${CAMPAIGN_LOGS-recompiles,cudagraphs}" \
 timeout -k 10 $(( LEFT > 0 ? LEFT + 15 : 15 )) "$PY" -m graphormer_sepnorm.campaign \
     "$PLAN" "$STATE" \
     --budget-s "$LEFT" --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" \
-    --commit "${COMMIT:-unknown}" ${CAMPAIGN_ARGS:-} >>"$LOG" 2>&1
+    --commit "${COMMIT:-unknown}" "${VERDICT_ARGS[@]}" --profile-steps "${PROFILE_STEPS:-20}" \
+    ${CAMPAIGN_ARGS:-} \
+    >>"$LOG" 2>&1
 STATUS=$?
 [ "$STATUS" -ge 124 ] && say "campaign stopped by the backstop (exit $STATUS)"
+if [ -n "$SMOKE_PID" ]; then
+    wait "$SMOKE_PID"
+    smoke_report $?
+fi
 tar -C "$STATE" -cf - . | split -b 15m -d - "$OUT/state.tar.part"
 PIECES=$(ls "$OUT"/state.tar.part* | wc -l)
 say "campaign exit $STATUS; state $(du -sk "$STATE" | cut -f1) KiB in $PIECES piece(s)"

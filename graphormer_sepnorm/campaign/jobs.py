@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch import Callback
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from graphormer_sepnorm.campaign.budget import BudgetSpent, CampaignCheckpoint
 from graphormer_sepnorm.campaign.plan import Job
 from graphormer_sepnorm.campaign.state import JobState, atomic_save
+from graphormer_sepnorm.campaign.step_profile import StepProfile
 
 __all__ = ["Options", "fit_chunk", "test_seeds"]
 
@@ -32,6 +34,10 @@ class Options:
         moments: dtype of AdamW's moments in resume points.
         save_every_s: seconds between a fit's resume points while it trains (besides the one
             where it stops); ``None``: only where it stops.
+        profile: steps into each job's fit, and steps profiled then, once per job and
+            ``code``, into ``profile-<code>.txt`` in its state folder (:mod:`.step_profile`);
+            0 steps: none.
+        code: the code's commit, for those files' names.
     """
 
     prepared: Path | None
@@ -40,6 +46,8 @@ class Options:
     scratch: Path
     moments: torch.dtype = torch.float32
     save_every_s: float | None = 180.0
+    profile: tuple[int, int] = (50, 0)
+    code: str = "unknown"
 
 
 def _arguments(job: Job, options: Options, seed: int | None = None) -> list[str]:
@@ -79,7 +87,12 @@ def fit_chunk(job: Job, state: JobState, options: Options, deadline: float,
 
     callback = CampaignCheckpoint(state, list(job.seeds), deadline, max_steps, options.moments,
                                   save_every_s=options.save_every_s)
-    cli = instantiate(_arguments(job, options), [callback])
+    callbacks: list[Callback] = [callback]
+    after, steps = options.profile
+    if steps:
+        callbacks.append(StepProfile(state.folder / f"profile-{options.code}.txt",
+                                     f"{job.name} at {options.code}", after, steps))
+    cli = instantiate(_arguments(job, options), callbacks)
     trainer = cli.trainer
     # the campaign keeps the best models and the resume point; no full checkpoints besides
     trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]

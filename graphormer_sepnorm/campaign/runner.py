@@ -20,6 +20,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,12 +51,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--save-every-s", type=float, default=180.0,
                    help="also save a fit's resume point this often while it trains, so that a "
                         "command killed past its budget loses at most that (default 180)")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="profile this many steps of each job's fit, once per job and code, "
+                        "into its state folder's profile-<commit>.txt (default 0: none)")
+    p.add_argument("--profile-after", type=int, default=50,
+                   help="steps into a fit before profiling (default 50: past compiling)")
     p.add_argument("--prepared", type=Path,
                    help="prepared splits: DIR/<dataset> (else the configs' datamodules)")
     p.add_argument("--data-root", default="data", help="the datamodules' root (default data)")
     p.add_argument("--accelerator", default="auto", help="cpu, gpu or auto (default)")
     p.add_argument("--only", nargs="*", default=[], help="job name patterns (default: all)")
     p.add_argument("--commit", help="the code's commit for the results (default: git's)")
+    p.add_argument("--smoke-verdict", type=Path,
+                   help="a file in which a smoke check running beside the campaign writes "
+                        "'passed' or 'failed': each result row's commit then gets "
+                        "'+smoke-failed', or '+smoke-pending' while the file is missing")
     return p.parse_args(argv)
 
 
@@ -94,8 +104,16 @@ def write_summary(state_dir: Path, plan: Plan) -> None:
     atomic_write_text("\n".join(text), state_dir / "results.md")
 
 
+def row_commit(commit: str, verdict: Path | None) -> str:
+    """``commit`` as a result row records it, marked with the smoke check's verdict so far."""
+    if verdict is None:
+        return commit
+    said = verdict.read_text().strip() if verdict.is_file() else "pending"
+    return commit if said == "passed" else f"{commit}+smoke-{said}"
+
+
 def run_job(job: Job, state: JobState, options: Options, deadline: float,
-            steps_left: int | None, meta: dict[str, str]) -> tuple[bool, int]:
+            steps_left: int | None, meta: dict[str, Any]) -> tuple[bool, int]:
     """Advances one job: a fit chunk, then (if the fit finished) its tests. Done, steps."""
     steps = 0
     if state.phase == "fit":
@@ -111,8 +129,10 @@ def run_job(job: Job, state: JobState, options: Options, deadline: float,
     if deadline - time.monotonic() < per_seed * len(job.seeds) + TEST_GUESS_S:
         print(f"{job.name}: fit done; its tests wait for the next command", flush=True)
         return False, steps
+    commit = row_commit(meta["commit"], meta["smoke_verdict"])
     for row in test_seeds(job, state, options):
-        append_row(state.folder.parent.parent / "results.csv", {**row, **meta}, FIELDS)
+        row = {**row, "device": meta["device"], "commit": commit}
+        append_row(state.folder.parent.parent / "results.csv", row, FIELDS)
         print(f"{job.name}: seed {row['seed']} {row['test_metric']} {row['test_value']:.4f} "
               f"(best {row['monitor']} {row['best_val']:.4f} at step {row['best_step']})",
               flush=True)
@@ -155,11 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     deadline = started + args.budget_s
     plan = load_plan(args.plan)
+    commit = commit_of_code(args.commit)
+    code = commit.split("+")[0]  # "+smoke-failed" marks rows, not another code
     options = Options(args.prepared, args.data_root, args.accelerator, scratch_folder(),
-                      getattr(torch, plan.moments), args.save_every_s)
-    meta = {"device": device_name(args.accelerator), "commit": commit_of_code(args.commit),
-            "keep_best": plan.keep_best}
-    code = meta["commit"].split("+")[0]  # "+smoke-failed" marks rows, not another code
+                      getattr(torch, plan.moments), args.save_every_s,
+                      (args.profile_after, args.profile_steps), code)
+    meta = {"device": device_name(args.accelerator), "commit": commit,
+            "keep_best": plan.keep_best, "smoke_verdict": args.smoke_verdict}
     steps_left, failed, spent, left = args.budget_steps, False, False, []
     try:
         for job in select(plan.jobs, args.only):

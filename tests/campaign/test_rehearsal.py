@@ -108,19 +108,48 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(".", "-")
 
 
-def test_a_failed_smoke_check_trains_anyway_and_marks_every_result(bundle, tmp_path):
-    """A lease is rare: a failing smoke check is logged and flagged, and the campaign still runs."""
+def failing_smoke(tmp_path: Path, seconds: float = 0) -> Path:
+    """A smoke check that fails after ``seconds``."""
     failing = tmp_path / "smoke" / "test_smoke.py"
     failing.parent.mkdir()
-    failing.write_text("import pytest\n\n\n@pytest.mark.gpu\ndef test_fails():\n    assert False\n")
+    failing.write_text("import time\n\nimport pytest\n\n\n@pytest.mark.gpu\ndef test_fails():\n"
+                       f"    time.sleep({seconds})\n    assert False\n")
+    return failing
+
+
+def test_a_failed_smoke_check_trains_anyway_and_marks_every_result(bundle, tmp_path):
+    """A lease is rare: a failing smoke check is logged and flagged, and the campaign still runs
+    (``SMOKE_MODE=first``: the verdict is known before any row is written)."""
     plan, out = write_plan(tmp_path / "smoke.yaml"), tmp_path / "out"
     assert command(plan, tmp_path / "state", out, bundle, tmp_path / "imported.txt",
-                   SMOKE_DEVICE="cpu", SMOKE_TESTS=str(failing)) == 0
+                   SMOKE_DEVICE="cpu", SMOKE_TESTS=str(failing_smoke(tmp_path)),
+                   SMOKE_MODE="first") == 0
     assert "smoke check exit 1" in (out / "SMOKE_FAILED").read_text()
     assert "SMOKE CHECK FAILED" in (out / "log.txt").read_text()
     unpack(out, tmp_path / "back")
     rows = read_rows(tmp_path / "back" / "results.csv")
     assert len(rows) == 4 and {r["commit"] for r in rows} == {"rehearsal+smoke-failed"}
+
+
+def test_a_smoke_check_beside_the_campaign_marks_what_it_can(bundle, tmp_path):
+    """By default the smoke check runs beside the campaign: rows written before its verdict say
+    ``+smoke-pending``, after a failure ``+smoke-failed``; none goes unmarked, and its output
+    still reaches the log. Each job's fit profiled a few of its steps into its state."""
+    plan, out = write_plan(tmp_path / "smoke.yaml"), tmp_path / "out"
+    assert command(plan, tmp_path / "state", out, bundle, tmp_path / "imported.txt",
+                   "--profile-after 3 --profile-steps 4", SMOKE_DEVICE="cpu",
+                   SMOKE_TESTS=str(failing_smoke(tmp_path, 5))) == 0
+    log = (out / "log.txt").read_text()
+    assert "smoke check started beside the campaign" in log and "SMOKE CHECK FAILED" in log
+    assert "1 failed" in log and (out / "SMOKE_FAILED").is_file()
+    unpack(out, tmp_path / "back")
+    rows = read_rows(tmp_path / "back" / "results.csv")
+    assert len(rows) == 4
+    assert {r["commit"] for r in rows} <= {"rehearsal+smoke-failed", "rehearsal+smoke-pending"}
+    profiles = sorted((tmp_path / "back" / "jobs").glob("*/profile-rehearsal.txt"))
+    assert len(profiles) == 3
+    for path in profiles:
+        assert f"## {path.parent.name} at rehearsal (4 steps)" in path.read_text()
 
 
 def test_a_campaign_past_its_budget_is_stopped_and_its_state_still_comes_back(bundle, tmp_path):

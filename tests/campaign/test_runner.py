@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, REPO, TINY_ARGS, image_env, write_plan
 
-from graphormer_sepnorm.campaign.runner import MAX_FAILURES, gave_up, record_failure, start_seconds
+from graphormer_sepnorm.campaign.runner import (
+    MAX_FAILURES,
+    gave_up,
+    record_failure,
+    row_commit,
+    start_seconds,
+)
 from graphormer_sepnorm.campaign.state import JobState
 
 
@@ -45,6 +51,16 @@ def test_failures_count_per_code_and_new_code_tries_again(tmp_path):
         record_failure(state, "def5678")
     saved = JobState(state.folder, ["fit", "--config", "a.yaml"]).status
     assert (saved["failures"], saved["failed_commit"]) == (1, "def5678")
+
+
+def test_rows_carry_the_smoke_checks_verdict_so_far(tmp_path):
+    verdict = tmp_path / "verdict"
+    assert row_commit("abc1234", None) == "abc1234"  # no smoke check ran
+    assert row_commit("abc1234", verdict) == "abc1234+smoke-pending"  # still running
+    verdict.write_text("failed\n")
+    assert row_commit("abc1234", verdict) == "abc1234+smoke-failed"
+    verdict.write_text("passed\n")
+    assert row_commit("abc1234", verdict) == "abc1234"
 
 
 def test_a_status_from_before_the_commit_was_kept_gives_up_as_before(tmp_path):
