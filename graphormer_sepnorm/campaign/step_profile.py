@@ -1,8 +1,8 @@
 """A ``torch.profiler`` table of a few steps of a campaign's fit: where a lent GPU's step goes.
 
-The first two leases measured the single-model step at 41 steps/s where the roofline estimate
-said about 470 (``benchmarks/README.md``), and a separate benchmark spends minutes of a lease
-compiling a step the campaign compiles anyway. So the campaign's own fit profiles a few of its
+The first lease measured the single-model step at 41 steps/s where the roofline estimate said
+about 470 (``benchmarks/README.md``), and a separate benchmark spends minutes of a lease
+compiling a step the campaign compiles anyway (the second lease's ran out of time compiling). So the campaign's own fit profiles a few of its
 steps, once per job and code, into the job's state folder, which comes back with the state.
 """
 
