@@ -2,12 +2,14 @@
 
 The first lease measured the single-model step at 41 steps/s where the roofline estimate said
 about 470 (``benchmarks/README.md``), and a separate benchmark spends minutes of a lease
-compiling a step the campaign compiles anyway (the second lease's ran out of time compiling). So the campaign's own fit profiles a few of its
-steps, once per job and code, into the job's state folder, which comes back with the state.
+compiling a step the campaign compiles anyway (the second lease's ran out of time compiling).
+So the campaign's own fit profiles a few of its steps, once per job and code, into the job's
+state folder, which comes back with the state.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -101,15 +103,23 @@ class StepProfile(Callback):
         if not self._guard(lambda: profiler.__exit__(None, None, None)) or steps < 1:
             return
         head = f"{steps} steps in {seconds:.3f} s ({steps / seconds:.1f} steps/s, profiled)\n"
-        self._guard(lambda: self.path.write_text(
-            head + profile_report(profiler, self.title, steps)))
+        self._guard(lambda: self._write(head + profile_report(profiler, self.title, steps)))
 
     def _guard(self, action: Any) -> bool:
         """Runs ``action``; a failure is written to the report's file instead of raised."""
         try:
             action()
         except Exception as error:  # noqa: BLE001 (a profile is not worth a lease's fit)
-            self.path.write_text(f"## {self.title}: the profiler failed: {error!r}\n")
             self._profiler = None
+            try:
+                self._write(f"## {self.title}: the profiler failed: {error!r}\n")
+            except OSError as unwritable:
+                print(f"{self.title}: the profiler failed: {error!r}; {unwritable!r}",
+                      file=sys.stderr, flush=True)
             return False
         return True
+
+    def _write(self, text: str) -> None:
+        # the job's state folder is made by its first save, which may come later
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(text)

@@ -42,7 +42,7 @@ def fit(*callbacks: Callback, max_steps: int = 20) -> None:
 
 
 def test_the_profiled_steps_are_reported_once(tmp_path):
-    path = tmp_path / "profile-abc.txt"
+    path = tmp_path / "job" / "profile-abc.txt"  # the job's folder is made by its first save
     fit(StepProfile(path, "tiny at abc", after=3, steps=4))
     report = path.read_text()
     assert report.startswith("4 steps in ") and "## tiny at abc (4 steps)" in report
@@ -71,3 +71,10 @@ def test_a_failing_profiler_is_written_down_and_the_fit_goes_on(tmp_path, monkey
     path = tmp_path / "profile.txt"
     fit(StepProfile(path, "tiny", after=2, steps=4), max_steps=10)
     assert "the profiler failed: RuntimeError('CUPTI unavailable')" in path.read_text()
+
+
+def test_a_report_that_cannot_be_written_leaves_the_fit_alone(tmp_path, capsys):
+    """Neither the report nor the error fits where it should go: stderr says so, the fit ends."""
+    (tmp_path / "job").write_text("a file where the job's folder should be")
+    fit(StepProfile(tmp_path / "job" / "profile.txt", "tiny", after=2, steps=4), max_steps=10)
+    assert "tiny: the profiler failed: FileExistsError" in capsys.readouterr().err
