@@ -47,6 +47,9 @@ export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # torch 2.11's Triton tiling analysis asserted on the training step (graphormer_sepnorm/
 # compiling.py passes the same switch to each compile; this covers any compile it misses)
 export TORCHINDUCTOR_COALESCE_TILING_ANALYSIS=0 PYTHONUNBUFFERED=1
+# inductor's default cache folder, named so that its size can be logged: whether carrying it
+# to the next lease (no compiling twice) would fit the tool's 64 MiB
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/torchinductor_$(id -un)}
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' \
     >>"$LOG" 2>&1
 VERDICT="${TMPDIR:-/tmp}/graphormer-sepnorm-smoke.$$.verdict"
@@ -124,6 +127,8 @@ if [ -n "$SMOKE_PID" ]; then
     wait "$SMOKE_PID"
     smoke_report $?
 fi
+say "inductor cache: $(du -sh "$TORCHINDUCTOR_CACHE_DIR" 2>/dev/null | cut -f1) in" \
+    "$(find "$TORCHINDUCTOR_CACHE_DIR" -type f 2>/dev/null | wc -l) files"
 tar -C "$STATE" -cf - . | split -b 15m -d - "$OUT/state.tar.part"
 PIECES=$(ls "$OUT"/state.tar.part* | wc -l)
 say "campaign exit $STATUS; state $(du -sk "$STATE" | cut -f1) KiB in $PIECES piece(s)"
