@@ -39,7 +39,8 @@ mkdir -p "$OUT" "$STATE"
 LOG="$OUT/log.txt"
 say() { echo "[gpu/run.sh +$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 
-say "plan $PLAN, state $STATE, limit ${LIMIT_S}s, commit ${COMMIT:-unknown}"
+say "plan $PLAN, state $STATE, limit ${LIMIT_S}s, commit ${COMMIT:-unknown}, CUDA attention" \
+    "${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-efficient}"
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" "$BUNDLE"/wheels/*.whl >>"$LOG" 2>&1 \
     || { say "bundle install failed"; exit 2; }

@@ -15,6 +15,7 @@ replicas into its batch). :func:`sdpa` calls that kernel itself on CUDA
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
@@ -27,9 +28,18 @@ if TYPE_CHECKING:
     from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 
 
+#: How attention runs on CUDA: ``efficient`` (the default; :func:`efficient_attention`) or
+#: ``math`` (SDPA's unfused math only: slower, more memory, but proven on every path), from
+#: ``GRAPHORMER_SEPNORM_CUDA_ATTENTION`` when the package is imported. A lease's fallback
+#: should the efficient kernel fail on a GPU (it was fixed blind, 2026-11-27).
+CUDA_ATTENTION = os.environ.get("GRAPHORMER_SEPNORM_CUDA_ATTENTION", "efficient")
+if CUDA_ATTENTION not in ("efficient", "math"):
+    raise ValueError(f"GRAPHORMER_SEPNORM_CUDA_ATTENTION={CUDA_ATTENTION!r}: "
+                     "'efficient' or 'math'")
 #: SDPA's kernels allowed on CUDA where :func:`uses_efficient_kernel` says no (float64, say):
-#: the two that differentiate an additive bias.
-CUDA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+#: the two that differentiate an additive bias (the math one only under ``math``).
+CUDA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH] \
+    if CUDA_ATTENTION == "efficient" else [SDPBackend.MATH]
 #: The memory-efficient kernel, called by :func:`efficient_attention` (a name tests can replace).
 EFFICIENT_KERNEL = torch.ops.aten._scaled_dot_product_efficient_attention
 #: The bias's row alignment, in elements, that SDPA itself pads the bias to for that kernel.
@@ -64,8 +74,12 @@ def restricts_backends(q: Tensor) -> bool:
 
 
 def uses_efficient_kernel(q: Tensor) -> bool:
-    """Whether :func:`sdpa` calls the kernel itself: on CUDA, 16-bit or float32, ``E % 8 == 0``."""
-    return (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+    """Whether :func:`sdpa` calls the kernel itself: CUDA, 16-bit or float32, ``E % 8 == 0``.
+
+    Never when :data:`CUDA_ATTENTION` is ``math``.
+    """
+    return (CUDA_ATTENTION == "efficient" and q.is_cuda
+            and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
             and q.shape[-1] % 8 == 0)
 
 

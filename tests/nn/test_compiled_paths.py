@@ -8,6 +8,9 @@ BatchNorm statistics are those of the eager reference to 1e-12 (1e-10 with the p
 """
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -153,3 +156,20 @@ def test_efficient_kernel_is_asked_for_its_statistics_under_vmap(monkeypatch) ->
     with torch.no_grad():
         padded(batch)
     assert calls and not any(lse for lse, _ in calls)
+
+
+def test_the_math_fallback_for_cuda_is_chosen_at_import(tmp_path) -> None:
+    """``GRAPHORMER_SEPNORM_CUDA_ATTENTION=math``: SDPA's math kernel only on CUDA, no direct
+    call of the efficient kernel (a lease's fallback); anything else is refused."""
+    check = ("import torch, types; from graphormer_sepnorm.nn import fused_attention as f; "
+             "q = types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(2, 4, 5, 16)); "
+             "print(f.uses_efficient_kernel(q), [b.name for b in f.CUDA_BACKENDS])")
+    runs = {}
+    for value in ("", "math", "flash"):
+        env = {**os.environ, "GRAPHORMER_SEPNORM_CUDA_ATTENTION": value} if value else {
+            k: v for k, v in os.environ.items() if k != "GRAPHORMER_SEPNORM_CUDA_ATTENTION"}
+        runs[value] = subprocess.run([sys.executable, "-c", check], env=env, text=True,
+                                     capture_output=True)
+    assert runs[""].stdout.strip() == "True ['EFFICIENT_ATTENTION', 'MATH']"
+    assert runs["math"].stdout.strip() == "False ['MATH']"
+    assert runs["flash"].returncode != 0 and "'efficient' or 'math'" in runs["flash"].stderr
