@@ -49,7 +49,11 @@ from torch_geometric.data import Data
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _flops import model_flops  # noqa: E402
 
-from graphormer_sepnorm.campaign.step_profile import profile_report  # noqa: E402
+from graphormer_sepnorm.campaign.step_profile import (  # noqa: E402
+    profile_activities,
+    profile_report,
+    sync,
+)
 from graphormer_sepnorm.datasets.base import GraphDataModule  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
 from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
@@ -132,12 +136,12 @@ class StepTimer(Callback):
         """Starts the clock at the first timed step, stops it (and profiles) after the last."""
         step = trainer.global_step
         if step == self.warmup and self.start is None:
-            _sync()
+            sync()
             self.compiled = compile_counters()
             self.start = time.perf_counter()
         elif step == self.warmup + self.steps and self.profile_steps and self.profiler is None:
             self._stop()
-            self.profiler = torch.profiler.profile(activities=_activities())
+            self.profiler = torch.profiler.profile(activities=profile_activities())
             self.profiler.__enter__()
         mask = getattr(batch, "node_mask", None)
         if mask is not None and mask.shape[-1] not in self.lengths:
@@ -154,7 +158,7 @@ class StepTimer(Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         """Stops the clock (or the profiler) once the device is done."""
         if self.profiler is not None:
-            _sync()
+            sync()
             self.profiler.__exit__(None, None, None)
         else:
             self._stop()
@@ -171,7 +175,7 @@ class StepTimer(Callback):
         return (self.seconds - host[slow].sum()) / (~slow).sum()
 
     def _stop(self) -> None:
-        _sync()
+        sync()
         self.seconds = time.perf_counter() - self.start
         before, self.compiled = self.compiled, compile_counters()
         self.compiled = {k: v - before.get(k, 0) for k, v in self.compiled.items()}
@@ -186,18 +190,6 @@ def compile_counters() -> dict[str, int]:
 
     return {"graphs": counters["stats"]["unique_graphs"],
             "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
-
-
-def _activities() -> list[torch.profiler.ProfilerActivity]:
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    return activities
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
@@ -256,11 +248,11 @@ def matmul_tflops() -> float:
     a = torch.randn(size, size, dtype=dtype, device="cuda" if cuda else "cpu")
     for _ in range(2):
         a @ a
-    _sync()
+    sync()
     start, calls = time.perf_counter(), 10 if cuda else 3
     for _ in range(calls):
         a @ a
-    _sync()
+    sync()
     return 2 * size**3 * calls / (time.perf_counter() - start) / 1e12
 
 

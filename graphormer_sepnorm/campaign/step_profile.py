@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-__all__ = ["StepProfile", "profile_report"]
+__all__ = ["StepProfile", "profile_activities", "profile_report", "sync"]
 
 #: The host calls that launch device work, or wait for it.
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
@@ -35,7 +35,16 @@ def profile_report(profiler: torch.profiler.profile, title: str, steps: int) -> 
     return f"## {title} ({steps} steps)\nper step: {per_step}\n{table}\n"
 
 
-def _sync() -> None:
+def profile_activities() -> list[torch.profiler.ProfilerActivity]:
+    """The CPU's, and CUDA's where there is CUDA."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
+
+
+def sync() -> None:
+    """Waits for the device's queued work, where there is CUDA (so that a clock reads it)."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
@@ -60,23 +69,25 @@ class StepProfile(Callback):
         self._profiler: torch.profiler.profile | None = None
         self._first = self._started = 0
         self._clock = 0.0
+        self._written = False  # a report (or the profiler's error) is in ``path``
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Notes the fit's first step (a resumed fit counts from where it resumed)."""
-        self._first = trainer.global_step
+        """Notes the fit's first step, and whether an earlier chunk wrote the report.
+
+        A resumed fit counts its steps from where it resumed; the file is looked at here, once,
+        not at every step.
+        """
+        self._first, self._written = trainer.global_step, self.path.exists()
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
                              batch_idx: int) -> None:
         """Starts the profiler ``after`` steps into the fit."""
-        if self._profiler is not None or self.path.exists():
+        if self._profiler is not None or self._written:
             return
         if trainer.global_step - self._first < self.after:
             return
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        _sync()
-        self._profiler = torch.profiler.profile(activities=activities)
+        sync()
+        self._profiler = torch.profiler.profile(activities=profile_activities())
         self._guard(self._profiler.__enter__)
         self._started, self._clock = trainer.global_step, time.perf_counter()
 
@@ -98,7 +109,7 @@ class StepProfile(Callback):
 
     def _finish(self, steps: int) -> None:
         profiler, self._profiler = self._profiler, None
-        _sync()
+        sync()
         seconds = time.perf_counter() - self._clock
         if not self._guard(lambda: profiler.__exit__(None, None, None)) or steps < 1:
             return
@@ -123,3 +134,4 @@ class StepProfile(Callback):
         # the job's state folder is made by its first save, which may come later
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(text)
+        self._written = True
