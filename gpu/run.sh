@@ -107,22 +107,49 @@ if [ "$SMOKE_RUNS" = 1 ] && [ "${SMOKE_MODE:-parallel}" != first ]; then
     SMOKE_PID=$!
     say "smoke check started beside the campaign"
 fi
-say "campaign with ${LEFT}s"
 # The campaign stops itself in time; `timeout` is the backstop (a first lease, 2026-11-27, ran
 # past its budget and the tool's kill took the state with it): TERM 15 s after the budget,
 # KILL 10 s later, and the state saved so far is packed below either way.
 # Recompiles and CUDA graph skips go to the log with their reasons (CAMPAIGN_LOGS= for none):
 # the fits' own pace is in each job's status.json (chunk_log), and a profile of PROFILE_STEPS
 # steps (default 20; 0: none) of each job's fit, once per code, in its profile-<commit>.txt.
-# shellcheck disable=SC2086
-TORCH_LOGS="${CAMPAIGN_LOGS-recompiles,cudagraphs}" \
-timeout -k 10 $(( LEFT > 0 ? LEFT + 15 : 15 )) "$PY" -m graphormer_sepnorm.campaign \
-    "$PLAN" "$STATE" \
-    --budget-s "$LEFT" --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" \
-    --commit "${COMMIT:-unknown}" "${VERDICT_ARGS[@]}" --profile-steps "${PROFILE_STEPS:-20}" \
-    ${CAMPAIGN_ARGS:-} \
-    >>"$LOG" 2>&1
+campaign() {  # the campaign within $1 seconds; further arguments are appended to its own
+    local seconds=$1
+    shift
+    say "campaign with ${seconds}s, CUDA attention ${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-efficient}"
+    # shellcheck disable=SC2086
+    TORCH_LOGS="${CAMPAIGN_LOGS-recompiles,cudagraphs}" \
+    timeout -k 10 $(( seconds > 0 ? seconds + 15 : 15 )) "$PY" -m graphormer_sepnorm.campaign \
+        "$PLAN" "$STATE" \
+        --budget-s "$seconds" --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" \
+        --commit "${COMMIT:-unknown}" "${VERDICT_ARGS[@]}" \
+        --profile-steps "${PROFILE_STEPS:-20}" "$@" ${CAMPAIGN_ARGS:-} \
+        >>"$LOG" 2>&1
+}
+# Two leases trained nothing: each hit a CUDA-only failure of the fused attention in the first
+# packed fit, and the jobs after it would have failed the same way. Unless the attention is
+# chosen (GRAPHORMER_SEPNORM_CUDA_ATTENTION) or FALLBACK=0, the first try stops at a failed
+# job, and the seconds left go to a second try with SDPA's math kernel (slower, proven on
+# every path), which retries that job (a job is given up after two failures with one code)
+# and goes on past a failure. On the GPU by default; FALLBACK=1 on the CPU (its test).
+FALLBACK_ARGS=()
+if [ "${FALLBACK:-$([ "$ACCELERATOR" = gpu ] && echo 1)}" = 1 ] \
+        && [ -z "${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-}" ]; then
+    FALLBACK_ARGS=(--stop-on-failure)
+fi
+campaign "$LEFT" "${FALLBACK_ARGS[@]}"
 STATUS=$?
+LEFT=$(( LIMIT_S - ($(date +%s) - T0) - RESERVE_S ))
+# 1: a job failed; above 124 with time left: the process died (a crash, not the backstop)
+if [ "$STATUS" != 0 ] && [ "$STATUS" != 3 ] && [ "$LEFT" -ge 60 ] \
+        && [ "${#FALLBACK_ARGS[@]}" -gt 0 ]; then
+    say "a job failed with the efficient attention (see above): the campaign again with" \
+        "SDPA's math kernel and ${LEFT}s"
+    echo "efficient attention: a job failed; the math kernel took over" >"$OUT/FALLBACK_MATH"
+    export GRAPHORMER_SEPNORM_CUDA_ATTENTION=math
+    campaign "$LEFT"
+    STATUS=$?
+fi
 [ "$STATUS" -ge 124 ] && say "campaign stopped by the backstop (exit $STATUS)"
 if [ -n "$SMOKE_PID" ]; then
     wait "$SMOKE_PID"

@@ -8,7 +8,8 @@ state folder (on any machine), it continues where it stopped and skips what is d
 
 Exit status: 0 when every job of the plan is done, 3 when work is left (the budget ran out),
 1 when a job failed (its error is printed and kept in its ``status.json``; a job that failed
-twice with the same code is skipped until the code changes). A job's chunk starts only with
+twice with the same code is skipped until the code changes; ``--stop-on-failure`` starts no
+job after it). A job's chunk starts only with
 enough seconds left to reach its first step (its last chunk's startup, or ``--min-start-s``).
 """
 
@@ -66,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a file in which a smoke check running beside the campaign writes "
                         "'passed' or 'failed': each result row's commit then gets "
                         "'+smoke-failed', or '+smoke-pending' while the file is missing")
+    p.add_argument("--stop-on-failure", action="store_true",
+                   help="start no job after one failed (a lease's first try, which run.sh "
+                        "then repeats with the math attention)")
     return p.parse_args(argv)
 
 
@@ -200,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:  # one job's failure is recorded; the others go on
                 record_failure(state, code)
                 failed = True
+                if args.stop_on_failure:
+                    left.append(job.name)
+                    spent = True
                 continue
             steps_left = None if steps_left is None else max(0, steps_left - steps)
             if not done:

@@ -36,10 +36,10 @@ def bundle(prepared, tmp_path_factory) -> Path:
 
 def command(plan: Path, state: Path, out: Path, bundle: Path, record: Path,
             campaign_args: str = "", **extra: str) -> int:
-    env = image_env(OUT=str(out), CPU="1", STATE=str(state), BUNDLE=str(bundle),
-                    SITE=str(bundle.parent / "site"), PYTHON=PYTHON, LIMIT_S="900",
-                    RESERVE_S="0", COMMIT="rehearsal", CAMPAIGN_ARGS=campaign_args,
-                    IMAGE_SITE_RECORD=str(record), **extra)
+    env = image_env(**{"OUT": str(out), "CPU": "1", "STATE": str(state), "BUNDLE": str(bundle),
+                       "SITE": str(bundle.parent / "site"), "PYTHON": PYTHON, "LIMIT_S": "900",
+                       "RESERVE_S": "0", "COMMIT": "rehearsal", "CAMPAIGN_ARGS": campaign_args,
+                       "IMAGE_SITE_RECORD": str(record), **extra})
     done = subprocess.run(["bash", "gpu/run.sh", str(plan)], cwd=REPO, env=env, timeout=900,
                           capture_output=True, text=True)
     assert done.returncode in (0, 3), (out / "log.txt").read_text()[-4000:]
@@ -186,3 +186,27 @@ def test_a_log_over_the_tools_limit_keeps_its_head_and_tail(tmp_path):
     head, note, tail = log.read_bytes().split(b"\n")
     assert head == b"a" * 250 and tail == b"b" * 250
     assert note == b"[gpu/cut_log.sh: 500 bytes cut here; the first and last 250 kept]"
+
+
+def test_a_failed_first_try_gives_its_minutes_to_the_math_attention(bundle, tmp_path):
+    """Two leases lost their minutes to a CUDA-only failure of the fused attention: the first
+    try stops at a failed job, and a second try with ``GRAPHORMER_SEPNORM_CUDA_ATTENTION=math``
+    trains in the time left. The failure is staged by an interpreter that fails the campaign
+    unless the math attention is chosen."""
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$2" = graphormer_sepnorm.campaign ] '
+        '&& [ "${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-}" != math ]; then\n'
+        '    echo "first try: $*"; echo "RuntimeError: LSE is not correctly aligned"; exit 1\n'
+        f'fi\nexec {PYTHON} "$@"\n')
+    python.chmod(0o755)
+    plan, out = write_plan(tmp_path / "fallback.yaml"), tmp_path / "out"
+    assert command(plan, tmp_path / "state", out, bundle, tmp_path / "imported.txt",
+                   "--only zinc_subset-sharenorm*", PYTHON=str(python), FALLBACK="1") == 0
+    log = (out / "log.txt").read_text()
+    assert "--stop-on-failure" in log.split("first try: ")[1].splitlines()[0]
+    assert "campaign with" in log and "CUDA attention math" in log
+    assert "math kernel took over" in (out / "FALLBACK_MATH").read_text()
+    unpack(out, tmp_path / "back")
+    assert [r["norm"] for r in read_rows(tmp_path / "back" / "results.csv")] == ["sharenorm"]

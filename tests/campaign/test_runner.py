@@ -1,6 +1,7 @@
 """The runner's rules for starting a job's chunk and for giving up on a failing job."""
 
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -110,3 +111,25 @@ def wait_for_resume(state: Path, process: subprocess.Popen, least_steps: int) ->
                 return status
         time.sleep(0.05)
     raise AssertionError(f"no resume point at step {least_steps} (exit {process.poll()})")
+
+
+def test_stop_on_failure_starts_no_job_after_a_failed_one(prepared, tmp_path):
+    """A lease's first try (``gpu/run.sh``) stops at a failed job, so that its minutes go to the
+    fallback's second try; without the flag the jobs after it run."""
+    partial = tmp_path / "prepared"
+    shutil.copytree(prepared, partial)
+    shutil.rmtree(partial / "zinc_subset")  # the zinc_subset job fails: no data
+    plan = write_plan(tmp_path / "failing.yaml")
+    command = [PYTHON, "-m", "graphormer_sepnorm.campaign", str(plan), "STATE", "--prepared",
+               str(partial), "--accelerator", "cpu", "--budget-s", "900", "--only",
+               "molhiv-*", "zinc_subset-sharenorm*"]
+    for flag, ran in (["--stop-on-failure"], False), ([], True):
+        state = tmp_path / f"state{len(flag)}"
+        done = subprocess.run([*[str(state) if a == "STATE" else a for a in command], *flag],
+                              cwd=REPO, env=image_env(), capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+        failed = next((state / "jobs").glob("zinc_subset-sharenorm*/status.json"))
+        status = json.loads(failed.read_text())
+        assert status["failures"] == 1 and status["error"]
+        assert any((state / "jobs").glob("molhiv-*/status.json")) == ran, flag
