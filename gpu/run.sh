@@ -82,6 +82,8 @@ else
     ACCELERATOR=gpu
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$LOG" 2>&1
 fi
+# SMOKE_MODE=off: none (a short call on code whose smoke check passed in the same session)
+[ "${SMOKE_MODE:-parallel}" = off ] && SMOKE_RUNS=0
 [ "$SMOKE_RUNS" = 1 ] && VERDICT_ARGS=(--smoke-verdict "$VERDICT")
 if [ "$SMOKE_RUNS" = 1 ] && [ "${SMOKE_MODE:-parallel}" = first ]; then
     smoke 180

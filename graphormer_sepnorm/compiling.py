@@ -12,12 +12,13 @@ are untouched.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-__all__ = ["INDUCTOR_WORKAROUNDS", "WorkaroundCompile", "compile_kwargs", "compiled"]
+__all__ = ["INDUCTOR_WORKAROUNDS", "WorkaroundCompile", "compile_kwargs", "compiled", "eager"]
 
 #: Inductor options set in every compile of this package (when the installed torch has them).
 INDUCTOR_WORKAROUNDS: dict[str, Any] = {"triton.coalesce_tiling_analysis": False}
@@ -48,6 +49,18 @@ def compile_kwargs(mode: str | None = None, **kwargs: Any) -> dict[str, Any]:
 def compiled(fn: Callable[..., Any], mode: str | None = None, **kwargs: Any) -> Callable[..., Any]:
     """``torch.compile(fn, ...)`` with :func:`compile_kwargs`."""
     return torch.compile(fn, **compile_kwargs(mode, **kwargs))
+
+
+@contextlib.contextmanager
+def eager() -> Iterator[None]:
+    """Runs compiled functions and modules eagerly inside (``set_stance('force_eager')``).
+
+    For evaluation and the statistics pass of a compiled model: their batches take many padded
+    lengths and sizes, each a compile of its own (about 100 s apiece for MolHIV's forward on an
+    H200, 2026-11-27), while eagerly the whole validation takes about a second.
+    """
+    with torch.compiler.set_stance("force_eager"):
+        yield
 
 
 class WorkaroundCompile:

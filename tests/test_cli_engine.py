@@ -137,3 +137,37 @@ def test_compile_option_compiles_the_reference_model(tmp_path, monkeypatch):
     main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
           "--model.compile", "default", "--trainer.fast_dev_run", "true"])
     assert compiled == []
+
+
+def test_a_compiled_packed_fit_compiles_its_step_once_and_evaluates_eagerly(tmp_path,
+                                                                            monkeypatch):
+    """The preset pads every training batch to the split's longest molecule, so the training
+    step compiles once; validation and the statistics pass run eagerly. On an H200 each padded
+    length and each evaluation shape compiled anew, about 100 s apiece (2026-11-27)."""
+    compiles, real_compile = [], torch.compile
+
+    def recording_compile(fn, *args, **kwargs):
+        name = getattr(fn, "__name__", type(fn).__name__)
+
+        def backend(graph, example_inputs):  # no code generation: inductor is slow here
+            compiles.append((name, torch.is_grad_enabled()))
+            return graph.forward
+
+        return real_compile(fn, backend=backend)
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    # as on a GPU: on the CPU a packed model is not compiled
+    monkeypatch.setattr(PackedGraphormerModule, "_compiles_here", lambda self: True)
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
+                "--model.seeds", "[3, 5]",
+                "--model.compile", "default", "--trainer.max_steps", "6",
+                "--model.warmup_steps", "1", "--model.total_steps", "6",
+                "--trainer.val_check_interval", "2", "--trainer.check_val_every_n_epoch", "null"])
+    assert cli.trainer.state.finished and cli.datamodule.train_length == "longest"
+    store = cli.datamodule._stores["train"]
+    lengths = {b.node_mask.shape[-1] for b in cli.datamodule.train_dataloader()}
+    assert lengths == {int(store.lengths()[-1])}
+    # one shape, one compile of the step; the optimizer's own; nothing for evaluation (the
+    # model's forward, compiled, would run there)
+    assert sorted(compiles) == [("adamw_step_", False), ("training_losses", True)]
+    assert torch.isfinite(cli.trainer.callback_metrics["val/mae"])

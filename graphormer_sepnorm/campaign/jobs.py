@@ -121,7 +121,7 @@ def fit_chunk(job: Job, state: JobState, options: Options, deadline: float,
         "start_step": callback.start_step, "steps": steps,
         "seconds": round(time.monotonic() - callback.created, 1),  # setup included
         "startup_s": None if callback.startup_s is None else round(callback.startup_s, 1),
-        "steps_per_s": None if rate is None else round(rate, 2)})
+        "steps_per_s": None if rate is None else round(rate, 2), "code": options.code})
     if finished:
         status.update(phase="test", steps=trainer.global_step)
     state.save_status()

@@ -145,14 +145,15 @@ def run_job(job: Job, state: JobState, options: Options, deadline: float,
     return True, steps
 
 
-def start_seconds(state: JobState, least: float) -> float:
+def start_seconds(state: JobState, least: float, code: str) -> float:
     """Seconds a chunk of this job needs left to start.
 
-    ``least``, or more where its last chunk took longer to reach its first step (a cold
-    compile: data, model and graphs).
+    ``least``, or more where its last chunk with this ``code`` took longer to reach its first
+    step (a cold compile: data, model and graphs). Another code's startup says nothing: the
+    third lease's 269 s came from compiling each padded length, which the next code does once.
     """
-    chunks = state.status.get("chunk_log") or [{}]
-    startup = chunks[-1].get("startup_s") or 0.0
+    chunks = [c for c in state.status.get("chunk_log") or [] if c.get("code") == code]
+    startup = (chunks[-1].get("startup_s") or 0.0) if chunks else 0.0
     return max(least, 1.2 * startup)
 
 
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             state = JobState(args.state / "jobs" / job.name, job.recipe())
             if state.phase == "done" or gave_up(state, code):
                 continue
-            need = start_seconds(state, args.min_start_s)
+            need = start_seconds(state, args.min_start_s, code)
             spent = spent or deadline - time.monotonic() < need or steps_left == 0
             if spent:  # the jobs keep their order: none starts after one paused
                 left.append(job.name)

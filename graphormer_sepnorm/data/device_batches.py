@@ -43,6 +43,8 @@ class DeviceBatches:
         length_multiple: padded lengths are multiples of it, so few shapes occur. Default: 8.
         stack: batches ``[R, B]``, one row per sampler (packed replicas' training batches),
             also for ``R = 1``. Default: false (one sampler, batches ``[B]``).
+        length: pad every batch to this many atoms (at least the store's largest molecule),
+            one shape for all; ``None`` (default): each batch's own length, as above.
         done: the batches of the current epoch trained so far
             (:func:`~graphormer_sepnorm.data.resumable.batches_done`): with
             :class:`~graphormer_sepnorm.data.resumable.ResumableBatchSampler` samplers, Lightning
@@ -51,9 +53,13 @@ class DeviceBatches:
 
     def __init__(self, store: GridGraphs, samplers: Sequence[Sampler[list[int]]],
                  length_multiple: int = 8, stack: bool = False,
-                 done: Callable[[], int] = lambda: 0) -> None:
+                 done: Callable[[], int] = lambda: 0, length: int | None = None) -> None:
         if not samplers or len(samplers) > 1 and not stack:
             raise ValueError("one batch sampler, or several with stack=True")
+        largest = int(store.sizes.max(initial=1))
+        if length is not None and length < largest:
+            raise ValueError(f"length {length} is shorter than the largest molecule ({largest})")
+        self.length = length
         self.store = store
         self.sampler = _EpochSetter(samplers)
         self.batch_sampler = None  # Lightning inspects a dataloader's pair of them
@@ -101,5 +107,6 @@ class DeviceBatches:
             host = host.pin_memory()
         on_device = host.to(self.store.device, non_blocking=True)
         for batch, index in zip(batches, on_device.split(sizes), strict=True):
-            length = self.store.length_for(batch.reshape(-1), self.length_multiple)
+            length = self.length or self.store.length_for(batch.reshape(-1),
+                                                          self.length_multiple)
             yield self.store.batch(index.view(batch.shape), length)

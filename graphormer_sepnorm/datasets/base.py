@@ -19,6 +19,7 @@ from graphormer_sepnorm.data.resumable import ResumableBatchSampler, ResumableLo
 SPLITS = ("train", "val", "test")
 TrainBatches = Literal["random", "size_grouped"]
 Engine = Literal["loader", "device"]
+TrainLength = Literal["bucketed", "longest"]
 #: Batches per size-sorted pool when training batches are size-grouped (an opt-in).
 SIZE_GROUPED_POOL = 50
 
@@ -145,13 +146,21 @@ class GraphDataModule(LightningDataModule):
             (still dropping that batch), except for packed replicas, which need the grid.
         replica_seeds: one seed per packed replica (the model's ``seeds``; the CLI links them):
             each replica draws its own training batches. ``None``: one replica, ``seed``.
+        train_length: the padded length of the device engine's training batches.
+            ``'bucketed'`` (default): the batch's largest molecule rounded up to one of a
+            handful of lengths (:meth:`GridGraphs.lengths
+            <graphormer_sepnorm.data.grid.GridGraphs.lengths>`). ``'longest'``: every batch
+            padded to the split's largest (rounded up), one shape, so that a compiled training
+            step compiles once: on an H200 each padded length compiled MolHIV's step anew, about
+            100 s apiece (2026-11-27), for a step of milliseconds.
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
                  eval_batch_size: int | None = None, num_workers: int = 0,
                  multi_hop_max_dist: int = 20, seed: int = 0,
                  train_batches: TrainBatches = "random", engine: Engine = "loader",
-                 replica_seeds: list[int] | None = None) -> None:
+                 replica_seeds: list[int] | None = None,
+                 train_length: TrainLength = "bucketed") -> None:
         super().__init__()
         if train_batches not in ("random", "size_grouped"):
             raise ValueError(f"train_batches must be 'random' or 'size_grouped', not "
@@ -160,6 +169,10 @@ class GraphDataModule(LightningDataModule):
             raise ValueError(f"engine must be 'loader' or 'device', not {engine!r}")
         if replica_seeds is not None and engine != "device":
             raise ValueError("packed replicas (replica_seeds) train with engine='device'")
+        if train_length not in ("bucketed", "longest"):
+            raise ValueError(f"train_length must be 'bucketed' or 'longest', not "
+                             f"{train_length!r}")
+        self.train_length = train_length
         self.train_batches = train_batches
         self.engine = engine
         self.replica_seeds = list(replica_seeds) if replica_seeds else None
@@ -246,7 +259,10 @@ class GraphDataModule(LightningDataModule):
         if split not in self._stores:
             self._stores[split] = GridGraphs(self.splits[split], self.multi_hop_max_dist,
                                              device or "cpu")
-        return DeviceBatches(self._stores[split], samplers, stack=packed, done=self._batches_done)
+        store = self._stores[split]
+        length = int(store.lengths()[-1]) if train and self.train_length == "longest" else None
+        return DeviceBatches(store, samplers, stack=packed, done=self._batches_done,
+                             length=length)
 
     def train_dataloader(self) -> DataLoader | DeviceBatches:
         """Training batches: uniform random samples (or size-grouped, see ``train_batches``)."""

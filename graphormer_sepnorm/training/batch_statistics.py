@@ -22,6 +22,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
+from graphormer_sepnorm.compiling import eager
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
@@ -41,7 +42,7 @@ def reestimate_graph_token_statistics(model: Graphormer | PackedReplicas,
     themselves when their momentum is ``None``; it halves the pass's time against the
     reference, measured on a small set). Under DDP each batch's statistics are the global
     batch's, as in training. Packed replicas are re-estimated together, each on every batch,
-    through the same (compiled) model that trains them.
+    through the same model that trains them, eagerly (each batch shape would compile anew).
 
     Args:
         model: the model or packed replicas; batches are moved to its device.
@@ -64,11 +65,12 @@ def reestimate_graph_token_statistics(model: Graphormer | PackedReplicas,
         norm.train()
     count, device = 0, next(model.parameters()).device
     try:
-        for batch in batches:
-            model(batch.to(device))
-            count += batch.num_graphs
-            if max_graphs is not None and count >= max_graphs:
-                break
+        with eager():  # its batches' shapes vary: compiling each costs more than it saves
+            for batch in batches:
+                model(batch.to(device))
+                count += batch.num_graphs
+                if max_graphs is not None and count >= max_graphs:
+                    break
     finally:
         for norm, momentum in zip(norms, momenta, strict=True):
             norm.momentum = momentum

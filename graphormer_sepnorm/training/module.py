@@ -13,7 +13,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.aggregation import CatMetric
 
-from graphormer_sepnorm.compiling import compile_kwargs
+from graphormer_sepnorm.compiling import compile_kwargs, eager
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.backends import Backend, set_backend
 from graphormer_sepnorm.nn.config import GraphormerConfig
@@ -249,12 +249,15 @@ class GraphormerModule(LightningModule):
     on_validation_batch_start = on_test_batch_start = on_train_batch_start
 
     def evaluated(self, batch: GraphormerBatch) -> Tensor:
-        """The model's float32 outputs on an evaluation batch, owned by no CUDA graph.
+        """The model's float32 outputs on an evaluation batch, computed eagerly.
 
-        The metrics may keep them past the next step.
+        A compiled model is not compiled again for evaluation: its batches come in many padded
+        lengths and sizes, and on an H200 each cost about 100 s of compiling (2026-11-27) for a
+        validation that takes about a second eagerly. So no output is owned by a CUDA graph
+        either, and the metrics may keep them past the next step.
         """
-        out = self.model(batch).float()
-        return out.clone() if self.hparams.get("compile") == "reduce-overhead" else out
+        with eager():  # one compile per evaluation shape would cost more than it saves
+            return self.model(batch).float()
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
                   loss: WeightedMean) -> Tensor:

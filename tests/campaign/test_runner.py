@@ -25,13 +25,18 @@ def job(tmp_path) -> JobState:
 
 def test_a_chunk_starts_with_the_least_or_its_last_startup_and_a_fifth_more(tmp_path):
     state = job(tmp_path)
-    assert start_seconds(state, 90.0) == 90.0  # never ran
-    state.status["chunk_log"] = [{"startup_s": 200.0}, {"startup_s": 100.0}]
-    assert start_seconds(state, 90.0) == pytest.approx(120.0)  # the last chunk's, warm or cold
-    state.status["chunk_log"].append({"startup_s": None})  # stopped before its first step
-    assert start_seconds(state, 90.0) == 90.0
+    assert start_seconds(state, 90.0, "abc") == 90.0  # never ran
+    state.status["chunk_log"] = [{"startup_s": 200.0, "code": "abc"},
+                                 {"startup_s": 100.0, "code": "abc"}]
+    # the last chunk's, warm or cold
+    assert start_seconds(state, 90.0, "abc") == pytest.approx(120.0)
+    assert start_seconds(state, 90.0, "def") == 90.0  # another code's startup says nothing
+    state.status["chunk_log"].append({"startup_s": None, "code": "abc"})  # stopped early
+    assert start_seconds(state, 90.0, "abc") == 90.0
+    state.status["chunk_log"] = [{"startup_s": 300.0}]  # logged before chunks had their code
+    assert start_seconds(state, 90.0, "abc") == 90.0
     del state.status["chunk_log"]  # a status from before the chunk log
-    assert start_seconds(state, 60.0) == 60.0
+    assert start_seconds(state, 60.0, "abc") == 60.0
 
 
 def test_failures_count_per_code_and_new_code_tries_again(tmp_path):

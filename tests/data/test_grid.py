@@ -141,6 +141,28 @@ def test_device_batches_draw_each_replicas_own_order_per_epoch() -> None:
                                                                           strict=True))
 
 
+def test_device_batches_of_one_length_pad_every_batch_to_it() -> None:
+    """``length``: one shape for every batch (a compiled step compiles once); never shorter
+    than the largest molecule."""
+    from graphormer_sepnorm.data import SizeGroupedBatchSampler
+    from graphormer_sepnorm.data.device_batches import DeviceBatches
+
+    graphs = mixed_graphs()
+    store = GridGraphs(graphs, multi_hop_max_dist=5)
+    sizes = [g.num_nodes for g in graphs]
+    sampler = SizeGroupedBatchSampler(sizes, 3, seed=1, drop_last=True, pool_batches=3)
+    bucketed = list(DeviceBatches(store, [sampler]))
+    assert len({b.node_mask.shape[-1] for b in bucketed}) > 1  # size-sorted: several lengths
+    fixed = list(DeviceBatches(store, [sampler], length=40))
+    assert [b.node_mask.shape for b in fixed] == [(3, 40)] * len(bucketed)
+    for short, long in zip(bucketed, fixed, strict=True):  # the same graphs, only more padding
+        n = short.node_mask.shape[-1]
+        assert torch.equal(long.node_mask[:, :n], short.node_mask)
+        assert not long.node_mask[:, n:].any() and torch.equal(long.y, short.y)
+    with pytest.raises(ValueError, match="shorter than the largest molecule"):
+        DeviceBatches(store, [sampler], length=max(sizes) - 1)
+
+
 def test_device_batches_want_stacking_for_several_samplers() -> None:
     from graphormer_sepnorm.data import SizeGroupedBatchSampler
     from graphormer_sepnorm.data.device_batches import DeviceBatches
