@@ -14,7 +14,9 @@ of the three (the binding bound), which gives model-steps/s and the minutes of t
 each at the rate of its packed step. Beside the step, one batch of the graph-token statistics
 pass (``stats``) and of validation (``val``), as launches and host synchronizations.
 
-A step's cost depends on its padded length, and random steps take several (MolHIV's batches of
+A step's cost depends on its padded length. The preset pads every training batch to the split's
+largest molecule (``data.train_length: longest``; ``--train-length`` overrides it), so one
+length is counted. With ``bucketed`` lengths random steps take several (MolHIV's batches of
 128 pad to 56 to 224 atoms; K packed replicas' batches pad together, to their largest): each
 length that at least ``--min-share`` of 1,000 random steps take is compiled and counted
 afresh, and the path's figures are share-weighted (``--one-length``: one random step's).
@@ -51,12 +53,13 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from lightning.pytorch import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cuda_policy import cuda_attention, cuda_autocast, cuda_gather  # noqa: E402
 from _roofline import H100, InductorRecorder, eager_costs  # noqa: E402
-from gpu_step import DATASETS, preset_compile_mode, synthetic  # noqa: E402
+from gpu_step import DATASETS, PRESET, preset_compile_mode, synthetic  # noqa: E402
 
 from graphormer_sepnorm.data.grid import GridGraphs  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
@@ -90,19 +93,27 @@ def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple
 
 
 def batches(store: GridGraphs, batch_size: int, replicas: int | None,
-            gen: np.random.Generator, length: int | None = None) -> Callable[[], Any]:
+            gen: np.random.Generator, length: int | None = None,
+            pad_to: int | None = None) -> Callable[[], Any]:
     """A random training batch (``[R, B]`` for packed replicas), padded as the engine pads.
 
-    With ``length``, the first random batch that pads to it. Returns the gather that makes it
+    With ``length``, the first random batch that pads to it; with ``pad_to``, a random batch
+    padded to that (``train_length: longest``). Returns the gather that makes it
     (``DeviceBatches`` runs it at each step, eagerly).
     """
     for _ in range(100_000):
         index = _random_step(store, batch_size, replicas or 1, gen)
         index = index if replicas else index[0]
-        padded = store.length_for(index.reshape(-1))
+        padded = pad_to or store.length_for(index.reshape(-1))
         if length in (None, padded):
             return lambda: store.batch(torch.from_numpy(index), padded)
     raise ValueError(f"no random batch of {batch_size} pads to {length}")
+
+
+def preset_train_length() -> str:
+    """The ``data.init_args.train_length`` of ``configs/presets/gpu_fast.yaml``."""
+    preset = yaml.safe_load(PRESET.read_text())
+    return preset.get("data", {}).get("init_args", {}).get("train_length", "bucketed")
 
 
 def _random_step(store: GridGraphs, batch_size: int, replicas: int,
@@ -177,7 +188,8 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
     with (InductorRecorder(cuda_fusion=not args.cpu_fusion) as recorder, cuda_autocast(),
           cuda_attention()):
         module, optimizer, schedule = build(name, seeds, args)
-        gather = batches(store, batch_size, len(seeds) if seeds else None, gen, length)
+        pad_to = int(store.lengths()[-1]) if args.train_length == "longest" else None
+        gather = batches(store, batch_size, len(seeds) if seeds else None, gen, length, pad_to)
         with cuda_gather():  # the step's gather; the model's construction gathers eagerly
             counts = _counted(recorder, lambda: training_step(module, optimizer, schedule,
                                                               gather))
@@ -256,6 +268,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         help="torch.compile mode (default: the gpu_fast preset's)")
     parser.add_argument("--top", type=int, default=0,
                         help="also print the N scheduled kernels of a step moving most bytes")
+    parser.add_argument("--train-length", choices=["bucketed", "longest"],
+                        default=preset_train_length(),
+                        help="training batches' padding (default: the gpu_fast preset's)")
     parser.add_argument("--one-length", action="store_true",
                         help="one random batch's padded length, not the mix of lengths")
     parser.add_argument("--min-share", type=float, default=0.02,
@@ -272,7 +287,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         store = GridGraphs(graphs, multi_hop_max_dist=HOPS[name])
         paths = [] if args.no_engine else [None]
         for seeds in [*paths, *[list(range(k)) for k in args.k]]:
-            mix = {None: 1.0} if args.one_length else length_mix(
+            one = args.one_length or args.train_length == "longest"
+            mix = {None: 1.0} if one else length_mix(
                 store, batch_size_of(name, args), len(seeds or [0]), args.min_share)
             parts = []
             for length, share in mix.items():

@@ -31,6 +31,20 @@ def test_gpu_roofline_smoke_run_prints_the_summary_line(capsys):
                         r"molhiv_min=[\d.]+ table_min_l2=[\d.]+ molhiv_min_l2=[\d.]+", last), last
 
 
+def test_gpu_roofline_pads_as_the_preset_does():
+    """The preset's ``train_length: longest``: every step at the split's largest length, one
+    compile; ``bucketed``: the lengths random steps take."""
+    args = ["--synthetic", "64", "--batch-scale", "0.03", "--layers", "1", "--k", "2",
+            "--no-engine", "--datasets", "molhiv"]
+    assert gpu_roofline.preset_train_length() == "longest"
+    longest = gpu_roofline.main(args)[0]
+    graphs = gpu_roofline.synthetic("molhiv", 64)
+    store = gpu_roofline.GridGraphs(graphs, multi_hop_max_dist=gpu_roofline.HOPS["molhiv"])
+    assert longest["length"] == int(store.lengths()[-1])
+    bucketed = gpu_roofline.main([*args, "--train-length", "bucketed"])[0]
+    assert bucketed["length"] == "mix" and max(bucketed["lengths"]) <= longest["length"]
+
+
 class _Node:
     """A scheduled kernel as hbm_bytes reads it: the buffers it reads and writes, in bytes."""
 
