@@ -167,6 +167,9 @@ def test_a_compiled_packed_fit_compiles_its_step_once_and_evaluates_eagerly(tmp_
     store = cli.datamodule._stores["train"]
     lengths = {b.node_mask.shape[-1] for b in cli.datamodule.train_dataloader()}
     assert lengths == {int(store.lengths()[-1])}
+    # evaluation and statistics batches, run eagerly, keep their own lengths
+    for loader in (cli.datamodule.statistics_dataloader(), cli.datamodule.val_dataloader()):
+        assert loader.length is None
     # one shape, one compile of the step; the optimizer's own; nothing for evaluation (the
     # model's forward, compiled, would run there)
     assert sorted(compiles) == [("adamw_step_", False), ("training_losses", True)]

@@ -152,7 +152,8 @@ class GraphDataModule(LightningDataModule):
             <graphormer_sepnorm.data.grid.GridGraphs.lengths>`). ``'longest'``: every batch
             padded to the split's largest (rounded up), one shape, so that a compiled training
             step compiles once: on an H200 each padded length compiled MolHIV's step anew, about
-            100 s apiece (2026-11-27), for a step of milliseconds.
+            100 s apiece (2026-11-27), for a step of milliseconds. Evaluation and statistics
+            batches keep the bucketed lengths: they run eagerly.
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
@@ -234,12 +235,12 @@ class GraphDataModule(LightningDataModule):
     def _device(self) -> torch.device | None:
         return self.trainer.strategy.root_device if self.trainer is not None else None
 
-    def _loader(self, split: str, train: bool,
-                packed: bool | None = None) -> DataLoader | DeviceBatches:
+    def _loader(self, split: str, train: bool, packed: bool | None = None,
+                pad: bool = False) -> DataLoader | DeviceBatches:
         device = self._device()
         on_cpu = device is None or device.type == "cpu"
         if self.engine == "device" and (not on_cpu or self.replica_seeds):
-            return self._device_batches(split, train, packed, device)
+            return self._device_batches(split, train, packed, device, pad)
         loader, resumable = DataLoader, {}
         if train:
             loader, resumable = ResumableLoader, {"done": self._batches_done}
@@ -251,7 +252,8 @@ class GraphDataModule(LightningDataModule):
                       persistent_workers=self.num_workers > 0, **resumable)
 
     def _device_batches(self, split: str, train: bool, packed: bool | None,
-                        device: torch.device | None) -> DeviceBatches:
+                        device: torch.device | None, pad: bool = False) -> DeviceBatches:
+        """The grid engine's batches; ``pad``: to ``train_length`` (the training steps')."""
         if packed is None:
             packed = train and self.replica_seeds is not None
         seeds = self.replica_seeds if packed else [self.seed]
@@ -260,7 +262,7 @@ class GraphDataModule(LightningDataModule):
             self._stores[split] = GridGraphs(self.splits[split], self.multi_hop_max_dist,
                                              device or "cpu")
         store = self._stores[split]
-        length = int(store.lengths()[-1]) if train and self.train_length == "longest" else None
+        length = int(store.lengths()[-1]) if pad and self.train_length == "longest" else None
         return DeviceBatches(store, samplers, stack=packed, done=self._batches_done,
                              length=length)
 
@@ -270,7 +272,7 @@ class GraphDataModule(LightningDataModule):
             warnings.warn("train_batches='size_grouped': every training batch holds molecules "
                           "of nearly one size, which biases batch statistics and gradients; "
                           "use it only for models without BatchNorm", stacklevel=2)
-        return self._loader("train", train=True)
+        return self._loader("train", train=True, pad=True)
 
     def statistics_dataloader(self) -> DataLoader | DeviceBatches:
         """Random training batches for one model, also in a packed fit.
