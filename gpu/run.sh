@@ -22,7 +22,9 @@
 #
 # CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py):
 # --accelerator cpu, and no smoke check unless SMOKE_DEVICE=cpu (its tests on the CPU;
-# SMOKE_TESTS: which, default tests/gpu). Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S
+# SMOKE_TESTS: which, default tests/gpu; SMOKE_MODE=off: none). On the GPU a campaign whose
+# first try fails a job tries again with the math attention in the time left (FALLBACK=0: not;
+# $OUT/FALLBACK_MATH says it happened). Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S
 # (seconds kept for step 4 and the tool's margin, default 45), CAMPAIGN_ARGS (appended to the
 # campaign's).
 set -uo pipefail
