@@ -2,7 +2,7 @@
 # One command on a lent GPU machine: install the bundle, check CUDA, advance the campaign, and
 # leave its state in $OUT. The call (device tool, at the repository root, gpu/bundle carried):
 #
-#   LIMIT_S=600 COMMIT=<git short hash> bash gpu/run.sh campaigns/paper_table.yaml
+#   LIMIT_S=580 COMMIT=<git short hash> bash gpu/run.sh campaigns/paper_table.yaml
 #
 # Steps: (1) the bundle's wheels (jsonargparse & co.) into $SITE with pip --no-index --target;
 # (2) optionally (STEP_BENCH=1) benchmarks/gpu_step.py on the bundle's data, its profiles to $OUT
