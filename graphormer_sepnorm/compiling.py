@@ -56,8 +56,9 @@ def eager() -> Iterator[None]:
     """Runs compiled functions and modules eagerly inside (``set_stance('force_eager')``).
 
     For evaluation and the statistics pass of a compiled model: their batches take many padded
-    lengths and sizes, each a compile of its own (about 100 s apiece for MolHIV's forward on an
-    H200, 2026-11-27), while eagerly the whole validation takes about a second.
+    lengths and sizes, each a compile of its own (on an H200, 2026-11-27, about 45 s for each
+    of MolHIV's validation shapes), while eagerly a whole validation takes about a second
+    (estimated from its kernel launches).
     """
     with torch.compiler.set_stance("force_eager"):
         yield

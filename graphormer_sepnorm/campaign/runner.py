@@ -9,8 +9,8 @@ state folder (on any machine), it continues where it stopped and skips what is d
 Exit status: 0 when every job of the plan is done, 3 when work is left (the budget ran out),
 1 when a job failed (its error is printed and kept in its ``status.json``; a job that failed
 twice with the same code is skipped until the code changes; ``--stop-on-failure`` starts no
-job after it). A job's chunk starts only with
-enough seconds left to reach its first step (its last chunk's startup, or ``--min-start-s``).
+job after it). A job's chunk starts only with enough seconds left to reach its first step
+(its last chunk's startup with this code, or ``--min-start-s``).
 """
 
 from __future__ import annotations

@@ -252,9 +252,9 @@ class GraphormerModule(LightningModule):
         """The model's float32 outputs on an evaluation batch, computed eagerly.
 
         A compiled model is not compiled again for evaluation: its batches come in many padded
-        lengths and sizes, and on an H200 each cost about 100 s of compiling (2026-11-27) for a
-        validation that takes about a second eagerly. So no output is owned by a CUDA graph
-        either, and the metrics may keep them past the next step.
+        lengths and sizes, and on an H200 each cost about 45 s of compiling (2026-11-27) for a
+        validation that takes about a second eagerly (estimated). So no output is owned by a
+        CUDA graph either, and the metrics may keep them past the next step.
         """
         with eager():  # one compile per evaluation shape would cost more than it saves
             return self.model(batch).float()
