@@ -53,13 +53,17 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from lightning.pytorch import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cuda_policy import cuda_attention, cuda_autocast, cuda_gather  # noqa: E402
 from _roofline import H100, InductorRecorder, eager_costs  # noqa: E402
-from gpu_step import DATASETS, PRESET, preset_compile_mode, synthetic  # noqa: E402
+from gpu_step import (  # noqa: E402
+    DATASETS,
+    preset_compile_mode,
+    preset_train_length,
+    synthetic,
+)
 
 from graphormer_sepnorm.data.grid import GridGraphs  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
@@ -109,11 +113,6 @@ def batches(store: GridGraphs, batch_size: int, replicas: int | None,
             return lambda: store.batch(torch.from_numpy(index), padded)
     raise ValueError(f"no random batch of {batch_size} pads to {length}")
 
-
-def preset_train_length() -> str:
-    """The ``data.init_args.train_length`` of ``configs/presets/gpu_fast.yaml``."""
-    preset = yaml.safe_load(PRESET.read_text())
-    return preset.get("data", {}).get("init_args", {}).get("train_length", "bucketed")
 
 
 def _random_step(store: GridGraphs, batch_size: int, replicas: int,

@@ -74,6 +74,12 @@ def preset_compile_mode() -> str:
     return yaml.safe_load(PRESET.read_text())["model"]["compile"]
 
 
+def preset_train_length() -> str:
+    """The ``data.init_args.train_length`` of ``configs/presets/gpu_fast.yaml``."""
+    preset = yaml.safe_load(PRESET.read_text())
+    return preset.get("data", {}).get("init_args", {}).get("train_length", "bucketed")
+
+
 def synthetic(name: str, count: int, seed: int = 0) -> list[Data]:
     """Random trees with ring closures, sized and featurized like the dataset's molecules."""
     _, atom_dims, edge_dims, task, sizes = DATASETS[name]
@@ -198,7 +204,8 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
     cuda = torch.cuda.is_available()
     engine = path != "lightning"
     data = ListDataModule(name, graphs, batch_size=batch_size,
-                          engine="device" if engine else "loader", replica_seeds=seeds)
+                          engine="device" if engine else "loader", replica_seeds=seeds,
+                          train_length=args.train_length)
     config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=args.hops)
     model = graphormer_module(dataset_info=data.dataset_info, config=config, seeds=seeds,
                              warmup_steps=1, total_steps=args.warmup + args.steps,
@@ -220,7 +227,10 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
             file.write(profile_report(timer.profiler, f"{name} {path}", profile_steps))
     steps_per_s = args.steps / timer.seconds
     replicas = len(seeds) if seeds else 1
-    flops = 3 * model_flops(batch_size, mean_padded_atoms(graphs, batch_size), args.layers)
+    padded = mean_padded_atoms(graphs, batch_size)
+    if engine and args.train_length == "longest":  # every batch at the split's longest
+        padded = float(-(-max(g.num_nodes for g in graphs) // 8) * 8)
+    flops = 3 * model_flops(batch_size, padded, args.layers)
     return {"dataset": name, "path": path, "replicas": replicas, "steps_per_s": steps_per_s,
             "graphs_per_s": steps_per_s * batch_size * replicas,
             "model_steps_per_s": steps_per_s * replicas,
@@ -277,6 +287,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              "preset's on a GPU, none on a CPU); 'none' for eager")
     parser.add_argument("--batch-scale", type=float, default=1.0,
                         help="scales the batch sizes (256, 128), for smoke runs")
+    parser.add_argument("--train-length", choices=["bucketed", "longest"],
+                        default=preset_train_length(),
+                        help="the engine's training batches' padding (default: the gpu_fast "
+                             "preset's)")
     parser.add_argument("--paths", nargs="+", default=["lightning", "engine", "packed"],
                         choices=["lightning", "engine", "packed"],
                         help="which rows (default all; packed: one per --k)")

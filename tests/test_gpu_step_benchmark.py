@@ -44,3 +44,13 @@ def test_steady_seconds_leave_out_the_steps_that_compiled():
     assert timer.steady_seconds() == pytest.approx(0.05 / 3)
     timer.host = [0.01, 0.011, 0.012, 0.013]  # none slow: the plain mean
     assert timer.steady_seconds() == pytest.approx(2.05 / 4)
+
+
+def test_gpu_step_pads_as_the_preset_does():
+    """The preset's ``train_length: longest``: the timed steps meet no new padded length (each
+    would be a compile on a GPU)."""
+    assert gpu_step.preset_train_length() == "longest"
+    rows = gpu_step.main(["--synthetic", "60", "--steps", "4", "--warmup", "1",
+                          "--batch-scale", "0.04", "--layers", "1", "--hops", "5",
+                          "--k", "2", "--datasets", "molhiv", "--paths", "packed"])
+    assert rows[0]["timed_new_lengths"] == 0
