@@ -11,6 +11,9 @@ Exit status: 0 when every job of the plan is done, 3 when work is left (the budg
 twice with the same code is skipped until the code changes; ``--stop-on-failure`` starts no
 job after it). A job's chunk starts only with enough seconds left to reach its first step
 (its last chunk's startup with this code, or ``--min-start-s``).
+
+What the command compiled is carried to the next in ``STATE/compile-cache``
+(:mod:`~graphormer_sepnorm.campaign.compile_cache`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 import torch
 
+from graphormer_sepnorm.campaign.compile_cache import load_compile_cache, save_compile_cache
 from graphormer_sepnorm.campaign.jobs import Options, fit_chunk, scratch_folder, test_seeds
 from graphormer_sepnorm.campaign.plan import Job, Plan, load_plan, select
 from graphormer_sepnorm.campaign.state import FIELDS, JobState, atomic_write_text, remove_tree
@@ -67,6 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a file in which a smoke check running beside the campaign writes "
                         "'passed' or 'failed': each result row's commit then gets "
                         "'+smoke-failed', or '+smoke-pending' while the file is missing")
+    p.add_argument("--compile-cache-mib", type=float, default=12.0,
+                   help="carry what this command compiled to the next in STATE/compile-cache, "
+                        "up to this many MiB compressed (default 12; 0: neither load nor save)")
     p.add_argument("--stop-on-failure", action="store_true",
                    help="start no job after one failed (a lease's first try, which run.sh "
                         "then repeats with the math attention)")
@@ -188,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"device": device_name(args.accelerator), "commit": commit,
             "keep_best": plan.keep_best, "smoke_verdict": args.smoke_verdict}
     steps_left, failed, spent, left = args.budget_steps, False, False, []
+    if args.compile_cache_mib > 0:
+        print(load_compile_cache(args.state), flush=True)
     try:
         for job in select(plan.jobs, args.only):
             state = JobState(args.state / "jobs" / job.name, job.recipe())
@@ -215,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                 spent = True
     finally:
         remove_tree(options.scratch)
+        if args.compile_cache_mib > 0:
+            print(save_compile_cache(args.state, int(args.compile_cache_mib * 2**20)), flush=True)
     write_summary(args.state, plan)
     print(f"[campaign +{time.monotonic() - started:.0f}s] "
           f"campaign {plan.name}: {len(left)} job(s) left"

@@ -98,8 +98,13 @@ def atomic_save(obj: Any, path: Path) -> None:
 
 def atomic_write_text(text: str, path: Path) -> None:
     """Writes ``text`` to a temporary name, then renames it to ``path``."""
+    atomic_write_bytes(text.encode(), path)
+
+
+def atomic_write_bytes(data: bytes, path: Path) -> None:
+    """Writes ``data`` to a temporary name, then renames it to ``path``."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
