@@ -127,9 +127,19 @@ campaign() {  # the campaign within $1 seconds; further arguments are appended t
         "$PLAN" "$STATE" \
         --budget-s "$seconds" --prepared "$BUNDLE/data" --accelerator "$ACCELERATOR" \
         --commit "${COMMIT:-unknown}" "${VERDICT_ARGS[@]}" \
-        --profile-steps "${PROFILE_STEPS:-20}" "$@" ${CAMPAIGN_ARGS:-} \
+        --profile-steps "${PROFILE_STEPS:-20}" --compile-cache-mib "$COMPILE_CACHE_MIB" \
+        "$@" ${CAMPAIGN_ARGS:-} \
         >>"$LOG" 2>&1
 }
+# What the campaign compiled goes to the next lease in the state (STATE/compile-cache), within
+# the 64 MiB the device tool carries (the tree as it came, the bundle included): what is left,
+# less 4 MiB for the state's growth, at most 12 MiB (COMPILE_CACHE_MIB sets it).
+TREE_KIB=$(du -sk --exclude=.git --exclude='.venv*' . | cut -f1)
+OLD_KIB=$(du -sk "$STATE/compile-cache" 2>/dev/null | cut -f1)
+ROOM_MIB=$(( (64 * 1024 - TREE_KIB + ${OLD_KIB:-0} - 4 * 1024) / 1024 ))
+ROOM_MIB=$(( ROOM_MIB < 0 ? 0 : (ROOM_MIB > 12 ? 12 : ROOM_MIB) ))
+COMPILE_CACHE_MIB=${COMPILE_CACHE_MIB:-$ROOM_MIB}
+say "compile cache: up to ${COMPILE_CACHE_MIB} MiB (tree ${TREE_KIB} KiB as it came)"
 # Two leases trained nothing: each hit a CUDA-only failure of the fused attention in the first
 # packed fit, and the jobs after it would have failed the same way. Unless the attention is
 # chosen (GRAPHORMER_SEPNORM_CUDA_ATTENTION) or FALLBACK=0, the first try stops at a failed

@@ -73,7 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "'+smoke-failed', or '+smoke-pending' while the file is missing")
     p.add_argument("--compile-cache-mib", type=float, default=12.0,
                    help="carry what this command compiled to the next in STATE/compile-cache, "
-                        "up to this many MiB compressed (default 12; 0: neither load nor save)")
+                        "up to this many MiB compressed (default 12; 0: none saved); a cache "
+                        "found there is loaded first")
     p.add_argument("--stop-on-failure", action="store_true",
                    help="start no job after one failed (a lease's first try, which run.sh "
                         "then repeats with the math attention)")
@@ -195,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"device": device_name(args.accelerator), "commit": commit,
             "keep_best": plan.keep_best, "smoke_verdict": args.smoke_verdict}
     steps_left, failed, spent, left = args.budget_steps, False, False, []
-    if args.compile_cache_mib > 0:
-        print(load_compile_cache(args.state), flush=True)
+    print(load_compile_cache(args.state), flush=True)
     try:
         for job in select(plan.jobs, args.only):
             state = JobState(args.state / "jobs" / job.name, job.recipe())
@@ -224,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
                 spent = True
     finally:
         remove_tree(options.scratch)
-        if args.compile_cache_mib > 0:
-            print(save_compile_cache(args.state, int(args.compile_cache_mib * 2**20)), flush=True)
+        print(save_compile_cache(args.state, int(args.compile_cache_mib * 2**20))
+              if args.compile_cache_mib > 0 else "compile cache: none saved (no room)",
+              flush=True)
     write_summary(args.state, plan)
     print(f"[campaign +{time.monotonic() - started:.0f}s] "
           f"campaign {plan.name}: {len(left)} job(s) left"
