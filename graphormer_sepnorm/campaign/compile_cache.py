@@ -27,6 +27,8 @@ __all__ = ["CACHE_FOLDER", "cache_key", "load_compile_cache", "save_compile_cach
 
 #: The folder in the state that holds the artifacts, one file per key.
 CACHE_FOLDER = "compile-cache"
+#: Artifacts more than this many times the cap are not compressed: they would not fit.
+RATIO = 8
 
 
 def cache_key() -> str:
@@ -67,7 +69,10 @@ def save_compile_cache(state: Path, max_bytes: int) -> str:
         saved = torch.compiler.save_cache_artifacts()
         if saved is None or not any(saved[1].artifacts.values()):
             return "compile cache: nothing compiled, kept as it was"
-        data = lzma.compress(saved[0], preset=6)
+        if len(saved[0]) > RATIO * max_bytes:  # not worth the seconds compressing it
+            return (f"compile cache: {len(saved[0]) / 2**20:.1f} MiB, far over the "
+                    f"{max_bytes / 2**20:.1f} MiB cap; not saved")
+        data = lzma.compress(saved[0], preset=1)  # seconds at the end of a command count
         if len(data) > max_bytes:
             return (f"compile cache: {len(data) / 2**20:.1f} MiB compressed, over the "
                     f"{max_bytes / 2**20:.1f} MiB cap; not saved")
