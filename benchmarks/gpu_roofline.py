@@ -114,7 +114,6 @@ def batches(store: GridGraphs, batch_size: int, replicas: int | None,
     raise ValueError(f"no random batch of {batch_size} pads to {length}")
 
 
-
 def _random_step(store: GridGraphs, batch_size: int, replicas: int,
                  gen: np.random.Generator) -> np.ndarray:
     """A random training step's graphs, ``[replicas, batch_size]``: each replica's own batch."""

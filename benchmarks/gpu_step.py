@@ -227,9 +227,10 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
             file.write(profile_report(timer.profiler, f"{name} {path}", profile_steps))
     steps_per_s = args.steps / timer.seconds
     replicas = len(seeds) if seeds else 1
-    padded = mean_padded_atoms(graphs, batch_size)
-    if engine and args.train_length == "longest":  # every batch at the split's longest
-        padded = float(-(-max(g.num_nodes for g in graphs) // 8) * 8)
+    # the grid's one length where it pads every batch alike (train_length: longest), else the
+    # batches' mean (the DataLoader's, or the grid's buckets)
+    padded = getattr(data.train_dataloader(), "length", None) or mean_padded_atoms(
+        graphs, batch_size)
     flops = 3 * model_flops(batch_size, padded, args.layers)
     return {"dataset": name, "path": path, "replicas": replicas, "steps_per_s": steps_per_s,
             "graphs_per_s": steps_per_s * batch_size * replicas,

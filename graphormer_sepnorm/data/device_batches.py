@@ -56,8 +56,7 @@ class DeviceBatches:
                  done: Callable[[], int] = lambda: 0, length: int | None = None) -> None:
         if not samplers or len(samplers) > 1 and not stack:
             raise ValueError("one batch sampler, or several with stack=True")
-        largest = int(store.sizes.max(initial=1))
-        if length is not None and length < largest:
+        if length is not None and length < (largest := int(store.sizes.max(initial=1))):
             raise ValueError(f"length {length} is shorter than the largest molecule ({largest})")
         self.length = length
         self.store = store
