@@ -19,8 +19,10 @@ cat "$STATE/results.md" 2>/dev/null || true
 # does not ignore) and the carried bundle. Said now, so that a state grown too big is mended
 # here, not found by a refused call in a rare lease.
 if git rev-parse --git-dir >/dev/null 2>&1; then
-    TREE=$(git ls-files -co --exclude-standard -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-    BUNDLE=$(du -sb gpu/bundle 2>/dev/null | cut -f1)
+    # best-effort: no bundle here (a fresh clone), or a file gone, is counted as nothing
+    TREE=$(git ls-files -co --exclude-standard -z | xargs -0 du -cb 2>/dev/null | tail -1 \
+        | cut -f1 || true)
+    BUNDLE=$(du -sb gpu/bundle 2>/dev/null | cut -f1 || true)
     MIB=$(( (${TREE:-0} + ${BUNDLE:-0}) / 1048576 ))
     echo "the next call carries about ${MIB} MiB of the tool's 64 (the tree and gpu/bundle)"
     [ "$MIB" -le 60 ] || echo "WARNING: too close to 64 MiB: drop the compile cache" \
