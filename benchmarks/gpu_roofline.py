@@ -62,6 +62,7 @@ from gpu_step import (  # noqa: E402
     DATASETS,
     preset_compile_mode,
     preset_train_length,
+    preset_train_tokens,
     synthetic,
 )
 
@@ -98,19 +99,22 @@ def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple
 
 def batches(store: GridGraphs, batch_size: int, replicas: int | None,
             gen: np.random.Generator, length: int | None = None,
-            pad_to: int | None = None) -> Callable[[], Any]:
+            pad_to: int | None = None, rows: bool = False) -> Callable[[], Any]:
     """A random training batch (``[R, B]`` for packed replicas), padded as the engine pads.
 
     With ``length``, the first random batch that pads to it; with ``pad_to``, a random batch
-    padded to that (``train_length: longest``). Returns the gather that makes it
-    (``DeviceBatches`` runs it at each step, eagerly).
+    padded to that (``train_length: longest``); with ``rows``, its tokens also as packed rows
+    (``train_tokens: rows``). Returns the gather that makes it (``DeviceBatches`` runs it at
+    each step, eagerly).
     """
+    atom_rows = store.atom_rows_for(batch_size) if rows else None
     for _ in range(100_000):
         index = _random_step(store, batch_size, replicas or 1, gen)
         index = index if replicas else index[0]
         padded = pad_to or store.length_for(index.reshape(-1))
+        counted = atom_rows and store.rows_for(index, atom_rows, padded)
         if length in (None, padded):
-            return lambda: store.batch(torch.from_numpy(index), padded)
+            return lambda: store.batch(torch.from_numpy(index), padded, counted)
     raise ValueError(f"no random batch of {batch_size} pads to {length}")
 
 
@@ -187,7 +191,8 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
           cuda_attention()):
         module, optimizer, schedule = build(name, seeds, args)
         pad_to = int(store.lengths()[-1]) if args.train_length == "longest" else None
-        gather = batches(store, batch_size, len(seeds) if seeds else None, gen, length, pad_to)
+        gather = batches(store, batch_size, len(seeds) if seeds else None, gen, length, pad_to,
+                         args.train_tokens == "rows")
         with cuda_gather():  # the step's gather; the model's construction gathers eagerly
             counts = _counted(recorder, lambda: training_step(module, optimizer, schedule,
                                                               gather))
@@ -269,6 +274,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--train-length", choices=["bucketed", "longest"],
                         default=preset_train_length(),
                         help="training batches' padding (default: the gpu_fast preset's)")
+    parser.add_argument("--train-tokens", choices=["grid", "rows"],
+                        default=preset_train_tokens(),
+                        help="training batches' tokens (default: the gpu_fast preset's)")
     parser.add_argument("--one-length", action="store_true",
                         help="one random batch's padded length, not the mix of lengths")
     parser.add_argument("--min-share", type=float, default=0.02,

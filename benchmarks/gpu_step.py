@@ -76,8 +76,17 @@ def preset_compile_mode() -> str:
 
 def preset_train_length() -> str:
     """The ``data.init_args.train_length`` of ``configs/presets/gpu_fast.yaml``."""
+    return _preset_data("train_length", "bucketed")
+
+
+def preset_train_tokens() -> str:
+    """The ``data.init_args.train_tokens`` of ``configs/presets/gpu_fast.yaml``."""
+    return _preset_data("train_tokens", "grid")
+
+
+def _preset_data(name: str, default: str) -> str:
     preset = yaml.safe_load(PRESET.read_text())
-    return preset.get("data", {}).get("init_args", {}).get("train_length", "bucketed")
+    return preset.get("data", {}).get("init_args", {}).get(name, default)
 
 
 def synthetic(name: str, count: int, seed: int = 0) -> list[Data]:
@@ -205,7 +214,7 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
     engine = path != "lightning"
     data = ListDataModule(name, graphs, batch_size=batch_size,
                           engine="device" if engine else "loader", replica_seeds=seeds,
-                          train_length=args.train_length)
+                          train_length=args.train_length, train_tokens=args.train_tokens)
     config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=args.hops)
     model = graphormer_module(dataset_info=data.dataset_info, config=config, seeds=seeds,
                              warmup_steps=1, total_steps=args.warmup + args.steps,
@@ -291,6 +300,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--train-length", choices=["bucketed", "longest"],
                         default=preset_train_length(),
                         help="the engine's training batches' padding (default: the gpu_fast "
+                             "preset's)")
+    parser.add_argument("--train-tokens", choices=["grid", "rows"],
+                        default=preset_train_tokens(),
+                        help="the engine's training batches' tokens (default: the gpu_fast "
                              "preset's)")
     parser.add_argument("--paths", nargs="+", default=["lightning", "engine", "packed"],
                         choices=["lightning", "engine", "packed"],

@@ -23,7 +23,7 @@
 # CPU=1 is the rehearsal on a machine without CUDA (tests/campaign/test_rehearsal.py):
 # --accelerator cpu, and no smoke check unless SMOKE_DEVICE=cpu (its tests on the CPU;
 # SMOKE_TESTS: which, default tests/gpu; SMOKE_MODE=off: none). On the GPU a campaign whose
-# first try fails a job tries again with the math attention in the time left (FALLBACK=0: not;
+# first try fails a job tries again with the math attention on the grid (FALLBACK=0: not;
 # $OUT/FALLBACK_MATH says it happened). Other knobs: STATE, BUNDLE, SITE, PYTHON, RESERVE_S
 # (seconds kept for step 4 and the tool's margin, default 45), CAMPAIGN_ARGS (appended to the
 # campaign's).
@@ -144,8 +144,10 @@ say "compile cache: up to ${COMPILE_CACHE_MIB} MiB (tree ${TREE_KIB} KiB as it c
 # packed fit, and the jobs after it would have failed the same way. Unless the attention is
 # chosen (GRAPHORMER_SEPNORM_CUDA_ATTENTION) or FALLBACK=0, the first try stops at a failed
 # job, and the seconds left go to a second try with SDPA's math kernel (slower, proven on
-# every path), which retries that job (a job is given up after two failures with one code)
-# and goes on past a failure. On the GPU by default; FALLBACK=1 on the CPU (its test).
+# every path) and without token rows (GRAPHORMER_SEPNORM_TOKEN_ROWS=0: the grid, proven on an
+# H200; rows are new since 2026-11-28), which retries that job (a job is given up after two
+# failures with one code) and goes on past a failure. On the GPU by default; FALLBACK=1 on the
+# CPU (its test).
 FALLBACK_ARGS=()
 if [ "${FALLBACK:-$([ "$ACCELERATOR" = gpu ] && echo 1)}" = 1 ] \
         && [ -z "${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-}" ]; then
@@ -157,10 +159,11 @@ LEFT=$(( LIMIT_S - ($(date +%s) - T0) - RESERVE_S ))
 # 1: a job failed; above 124 with time left: the process died (a crash, not the backstop)
 if [ "$STATUS" != 0 ] && [ "$STATUS" != 3 ] && [ "$LEFT" -ge 60 ] \
         && [ "${#FALLBACK_ARGS[@]}" -gt 0 ]; then
-    say "a job failed with the efficient attention (see above): the campaign again with" \
-        "SDPA's math kernel and ${LEFT}s"
-    echo "efficient attention: a job failed; the math kernel took over" >"$OUT/FALLBACK_MATH"
-    export GRAPHORMER_SEPNORM_CUDA_ATTENTION=math
+    say "a job failed with the efficient attention and token rows (see above): the campaign" \
+        "again with SDPA's math kernel, on the grid, and ${LEFT}s"
+    echo "efficient attention, token rows: a job failed; the math kernel on the grid took over" \
+        >"$OUT/FALLBACK_MATH"
+    export GRAPHORMER_SEPNORM_CUDA_ATTENTION=math GRAPHORMER_SEPNORM_TOKEN_ROWS=0
     campaign "$LEFT"
     STATUS=$?
 fi

@@ -165,11 +165,15 @@ def test_a_compiled_packed_fit_compiles_its_step_once_and_evaluates_eagerly(tmp_
                 "--trainer.val_check_interval", "2", "--trainer.check_val_every_n_epoch", "null"])
     assert cli.trainer.state.finished and cli.datamodule.train_length == "longest"
     store = cli.datamodule._stores["train"]
-    lengths = {b.node_mask.shape[-1] for b in cli.datamodule.train_dataloader()}
-    assert lengths == {int(store.lengths()[-1])}
+    batches = list(cli.datamodule.train_dataloader())
+    assert {b.node_mask.shape[-1] for b in batches} == {int(store.lengths()[-1])}
+    # token rows (train_tokens: rows), one count of them for the whole fit
+    assert cli.datamodule.train_tokens == "rows"
+    size = cli.datamodule.batch_size
+    assert {b.row_position.shape for b in batches} == {(2, size + store.atom_rows_for(size))}
     # evaluation and statistics batches, run eagerly, keep their own lengths
     for loader in (cli.datamodule.statistics_dataloader(), cli.datamodule.val_dataloader()):
-        assert loader.length is None
+        assert loader.length is None and loader.atom_rows is None
     # one shape, one compile of the step; the optimizer's own; nothing for evaluation (the
     # model's forward, compiled, would run there)
     assert sorted(compiles) == [("adamw_step_", False), ("training_losses", True)]

@@ -51,6 +51,15 @@ class GraphormerBatch:
             those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.
             ``None`` when the lists are in any other order. Plain ints: reading it never
             synchronizes with a device.
+        row_position: ``[T]`` long, grid layouts only, or ``None``: the batch's tokens packed
+            as rows, for models that compute token-wise work on real tokens only
+            (:mod:`~graphormer_sepnorm.nn.token_rows`). Each row's position in the flattened
+            ``[B, 1 + N]`` token grid: rows ``0..B-1`` are the graph tokens, then every real
+            atom in grid order, then padding rows up to ``T`` (each at some position, read by
+            no real token).
+        position_row: ``[B * (1 + N)]`` long, with ``row_position``: the row of each grid
+            position, its inverse on real tokens (a padded position: some row, whose finite
+            token attention masks).
         layout: ``'collated'`` (the collator's, above), ``'grid'`` (below) or
             ``'replica_grid'``: grid batches of packed replicas, every field with a leading
             ``[R]`` (one batch per replica; :class:`~graphormer_sepnorm.data.grid.GridGraphs`).
@@ -81,6 +90,8 @@ class GraphormerBatch:
     mol_x: Tensor | None = None
     hop_counts: tuple[int, ...] | None = None
     layout: Layout = "collated"
+    row_position: Tensor | None = None
+    position_row: Tensor | None = None
 
     @property
     def is_grid(self) -> bool:

@@ -45,6 +45,10 @@ class DeviceBatches:
             also for ``R = 1``. Default: false (one sampler, batches ``[B]``).
         length: pad every batch to this many atoms (at least the store's largest molecule),
             one shape for all; ``None`` (default): each batch's own length, as above.
+        atom_rows: batches also hold their tokens as ``B + atom_rows`` packed rows
+            (:meth:`GridGraphs.atom_rows_for
+            <graphormer_sepnorm.data.grid.GridGraphs.atom_rows_for>`; a batch with more atoms
+            takes ``B * length``); ``None`` (default): grid only.
         done: the batches of the current epoch trained so far
             (:func:`~graphormer_sepnorm.data.resumable.batches_done`): with
             :class:`~graphormer_sepnorm.data.resumable.ResumableBatchSampler` samplers, Lightning
@@ -53,12 +57,13 @@ class DeviceBatches:
 
     def __init__(self, store: GridGraphs, samplers: Sequence[Sampler[list[int]]],
                  length_multiple: int = 8, stack: bool = False,
-                 done: Callable[[], int] = lambda: 0, length: int | None = None) -> None:
+                 done: Callable[[], int] = lambda: 0, length: int | None = None,
+                 atom_rows: int | None = None) -> None:
         if not samplers or len(samplers) > 1 and not stack:
             raise ValueError("one batch sampler, or several with stack=True")
         if length is not None and length < (largest := int(store.sizes.max(initial=1))):
             raise ValueError(f"length {length} is shorter than the largest molecule ({largest})")
-        self.length = length
+        self.length, self.atom_rows = length, atom_rows
         self.store = store
         self.sampler = _EpochSetter(samplers)
         self.batch_sampler = None  # Lightning inspects a dataloader's pair of them
@@ -108,4 +113,5 @@ class DeviceBatches:
         for batch, index in zip(batches, on_device.split(sizes), strict=True):
             length = self.length or self.store.length_for(batch.reshape(-1),
                                                           self.length_multiple)
-            yield self.store.batch(index.view(batch.shape), length)
+            rows = self.atom_rows and self.store.rows_for(batch, self.atom_rows, length)
+            yield self.store.batch(index.view(batch.shape), length, rows)

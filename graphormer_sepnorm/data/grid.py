@@ -96,11 +96,14 @@ class GridGraphs:
         tensors = [*self.tensors.values(), *(t for t in (self.y, self.mol_x) if t is not None)]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def batch(self, index: Tensor, length: int) -> GraphormerBatch:
+    def batch(self, index: Tensor, length: int, atom_rows: int | None = None) -> GraphormerBatch:
         """The graphs ``index`` (``[..., B]`` long, on the device) padded to ``length`` atoms.
 
         Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field.
         ``length`` must be at least the largest atom count among them (see :meth:`length_for`).
+        With ``atom_rows`` (at least the batch's atoms, see :meth:`atom_rows_for`) the batch
+        also maps its tokens to ``B + atom_rows`` packed rows
+        (:attr:`GraphormerBatch.row_position`).
         Where :func:`gathers_compiled` says so (on CUDA), the gathers are one compiled function
         (dynamic shapes: compiled once), a handful of kernels instead of about 28 launches.
         """
@@ -111,7 +114,8 @@ class GridGraphs:
             gather = self._compiled_gather
         # the gathers' own outputs (no views of them leave a compiled function: dynamo would
         # fakeify a compiled model's view inputs from their bases' symbolic sizes)
-        x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x = gather(index, length)
+        x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x, row_position, position_row = \
+            gather(index, length, atom_rows)
         lead, grid_atoms, spd = index.shape[:-1], node_mask.flatten(-2), spd.flatten(-3)
         grid_pairs = self._arange(spd.shape[-1], index.device).expand(spd.shape)
         return GraphormerBatch(
@@ -129,6 +133,8 @@ class GridGraphs:
             y=y,
             mol_x=mol_x,
             layout="replica_grid" if lead else "grid",
+            row_position=row_position,
+            position_row=position_row,
         )
 
     def _arange(self, size: int, device: torch.device) -> Tensor:
@@ -138,7 +144,8 @@ class GridGraphs:
             self._aranges[key] = torch.arange(size, device=device)
         return self._aranges[key]
 
-    def _gather(self, index: Tensor, length: int) -> tuple[Tensor | None, ...]:
+    def _gather(self, index: Tensor, length: int,
+                atom_rows: int | None = None) -> tuple[Tensor | None, ...]:
         """The batch's fields as ``[..., B, N(, N, S)]`` blocks (see :meth:`batch`)."""
         t, k = self.tensors, self.multi_hop_max_dist
         n = t["num_nodes"][index].unsqueeze(-1)  # [..., B, 1]
@@ -154,9 +161,31 @@ class GridGraphs:
         slots = torch.arange(self.hop_slots, device=index.device,
                              dtype=torch.uint8 if k < 256 else torch.long)
         hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)
+        rows = (None, None) if atom_rows is None else token_rows(n.squeeze(-1), length,
+                                                                  atom_rows)
         return (t["x"][atom].long(), t["degree"][atom].long(), node_mask, spd, hop_index,
                 t["path"][pair], None if self.y is None else self.y[index],
-                None if self.mol_x is None else self.mol_x[index])
+                None if self.mol_x is None else self.mol_x[index], *rows)
+
+    def atom_rows_for(self, batch_size: int, sigmas: float = 6.0, multiple: int = 64) -> int:
+        """The atom rows of a random batch of ``batch_size`` graphs: one count for a whole fit.
+
+        The mean atoms of such a batch plus ``sigmas`` standard deviations of its total,
+        rounded up to ``multiple`` and at most ``batch_size`` times the largest molecule: a
+        compiled step then has one shape, and a batch with more atoms than this
+        (:meth:`rows_for`) takes the grid's count, a second shape. At the default, about one
+        batch in a billion does; ZINC-subset's batches of 256 (23.2 atoms on average) get
+        6,336 rows against the grid's 10,240 atom positions.
+        """
+        sizes = self.sizes.astype(np.float64)
+        spread = sigmas * float(sizes.std()) * np.sqrt(batch_size)
+        rows = int(-(-int(np.ceil(batch_size * sizes.mean() + spread)) // multiple) * multiple)
+        return min(rows, batch_size * int(self.sizes.max(initial=1)))
+
+    def rows_for(self, index: np.ndarray, atom_rows: int, length: int) -> int:
+        """``atom_rows``, or ``B * length`` where a batch (each of ``[R, B]``) has more atoms."""
+        totals = self.sizes[index].reshape(-1, index.shape[-1]).sum(-1)
+        return atom_rows if int(totals.max(initial=0)) <= atom_rows else index.shape[-1] * length
 
     def length_for(self, index: np.ndarray, multiple: int = 8) -> int:
         """The padded length of a batch of graphs ``index`` (host ints).
@@ -185,6 +214,35 @@ class GridGraphs:
                 lengths.append(min(largest, max(up(1.25 * lengths[-1]), lengths[-1] + multiple)))
             self._lengths[multiple] = np.array(lengths)
         return self._lengths[multiple]
+
+
+def token_rows(num_nodes: Tensor, length: int, atom_rows: int) -> tuple[Tensor, Tensor]:
+    """The packed token rows of graphs of ``num_nodes`` ``[..., B]`` atoms in a grid of ``length``.
+
+    Returns ``row_position`` ``[..., B + atom_rows]`` and ``position_row``
+    ``[..., B * (1 + length)]`` (:class:`~graphormer_sepnorm.data.collate.GraphormerBatch`
+    says what they hold). On the device, without reading a count back to the host.
+    """
+    b, width = num_nodes.shape[-1], length + 1
+    device = num_nodes.device
+    end = torch.cumsum(num_nodes, -1)  # [..., B]: one past each graph's last atom row
+    start = end - num_nodes
+    pos = torch.arange(length, device=device)
+    graphs = torch.arange(b, device=device)
+    rows, positions = b + atom_rows, b * width
+    # padding points anywhere, spread out: its gradients are zero, but a GPU adds them up
+    # with atomics, and thousands of them into one row would queue on it
+    spread = (torch.arange(positions, device=device) % rows).view(b, width)[:, 1:]
+    atom_row = torch.where(pos < num_nodes.unsqueeze(-1), b + start.unsqueeze(-1) + pos, spread)
+    graph_row = graphs.expand(*num_nodes.shape).unsqueeze(-1)
+    position_row = torch.cat([graph_row, atom_row], -1).flatten(-2)  # [..., B * (1 + N)]
+    atom = torch.arange(atom_rows, device=device).expand(*num_nodes.shape[:-1], atom_rows)
+    owner = torch.searchsorted(end, atom.contiguous(), right=True).clamp(max=b - 1)
+    atom_position = torch.where(atom < end[..., -1:],
+                                owner * width + 1 + atom - start.gather(-1, owner),
+                                (b + atom) % positions)
+    graph_position = (graphs * width).expand(*num_nodes.shape)
+    return torch.cat([graph_position, atom_position], -1), position_row
 
 
 def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:

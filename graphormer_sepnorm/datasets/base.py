@@ -20,6 +20,7 @@ SPLITS = ("train", "val", "test")
 TrainBatches = Literal["random", "size_grouped"]
 Engine = Literal["loader", "device"]
 TrainLength = Literal["bucketed", "longest"]
+TrainTokens = Literal["grid", "rows"]
 #: Batches per size-sorted pool when training batches are size-grouped (an opt-in).
 SIZE_GROUPED_POOL = 50
 
@@ -154,6 +155,12 @@ class GraphDataModule(LightningDataModule):
             step compiles once: on an H200 each padded length compiled MolHIV's step anew, about
             100 s apiece (2026-11-27), for a step of milliseconds. Evaluation and statistics
             batches keep the bucketed lengths: they run eagerly.
+        train_tokens: how the device engine's training batches hold their tokens. ``'grid'``
+            (default): every position of the padded grid. ``'rows'``: also as packed rows of
+            real tokens, a fixed count per fit (:meth:`GridGraphs.atom_rows_for
+            <graphormer_sepnorm.data.grid.GridGraphs.atom_rows_for>`), on which the model does
+            its token-wise work (:mod:`~graphormer_sepnorm.nn.token_rows`): the same function
+            with less padding to compute.
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
@@ -161,7 +168,8 @@ class GraphDataModule(LightningDataModule):
                  multi_hop_max_dist: int = 20, seed: int = 0,
                  train_batches: TrainBatches = "random", engine: Engine = "loader",
                  replica_seeds: list[int] | None = None,
-                 train_length: TrainLength = "bucketed") -> None:
+                 train_length: TrainLength = "bucketed",
+                 train_tokens: TrainTokens = "grid") -> None:
         super().__init__()
         if train_batches not in ("random", "size_grouped"):
             raise ValueError(f"train_batches must be 'random' or 'size_grouped', not "
@@ -173,7 +181,9 @@ class GraphDataModule(LightningDataModule):
         if train_length not in ("bucketed", "longest"):
             raise ValueError(f"train_length must be 'bucketed' or 'longest', not "
                              f"{train_length!r}")
-        self.train_length = train_length
+        if train_tokens not in ("grid", "rows"):
+            raise ValueError(f"train_tokens must be 'grid' or 'rows', not {train_tokens!r}")
+        self.train_length, self.train_tokens = train_length, train_tokens
         self.train_batches = train_batches
         self.engine = engine
         self.replica_seeds = list(replica_seeds) if replica_seeds else None
@@ -263,8 +273,10 @@ class GraphDataModule(LightningDataModule):
                                              device or "cpu")
         store = self._stores[split]
         length = int(store.lengths()[-1]) if pad and self.train_length == "longest" else None
+        rows = store.atom_rows_for(self.batch_size) if pad and self.train_tokens == "rows" \
+            else None
         return DeviceBatches(store, samplers, stack=packed, done=self._batches_done,
-                             length=length)
+                             length=length, atom_rows=rows)
 
     def train_dataloader(self) -> DataLoader | DeviceBatches:
         """Training batches: uniform random samples (or size-grouped, see ``train_batches``)."""

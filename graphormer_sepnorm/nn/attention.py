@@ -57,12 +57,26 @@ class BiasedMultiheadAttention(nn.Module):
         """
         b, length, dim = x.shape
         queries = length if num_queries is None else num_queries
+        # token rows [B * L, D]: see fused_attention.padded
+        qkv = self.qkv(x.reshape(-1, dim)).view(b, length, 3 * dim)
+        rows, weights = self.attend(qkv, bias, need_weights, queries)
+        return self.out(rows).view(b, queries, dim), weights
+
+    def attend(self, qkv: Tensor, bias: Tensor, need_weights: bool = False,
+               queries: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Attention of the first ``queries`` (default all) of projected ``qkv`` ``[B, L, 3D]``.
+
+        Returns their heads merged, ``[B * Lq, D]``, before the output projection (and with
+        ``need_weights`` the probabilities). :mod:`~.token_rows` gathers ``qkv`` to call it.
+        """
+        b, length, three_dim = qkv.shape
+        dim, queries = three_dim // 3, length if queries is None else queries
         head_dim = dim // self.num_heads
         dropout_p = self.dropout if self.training else 0.0
-        width = fused_attention.fused_head_dim(head_dim, x.device)
+        width = fused_attention.fused_head_dim(head_dim, qkv.device)
         if width is not None and not need_weights:
-            return fused_attention.padded(self, x, bias, queries, width, dropout_p), None
-        qkv = self.qkv(x.reshape(-1, dim))  # token rows (see fused_attention.padded)
+            return fused_attention.padded(qkv, self.num_heads, bias, queries, width,
+                                          dropout_p), None
         q, k, v = qkv.view(b, length, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4)
         q, bias = q[:, :, :queries], bias[:, :, :queries].to(q.dtype)
         weights = None
@@ -73,4 +87,4 @@ class BiasedMultiheadAttention(nn.Module):
             weights = weights if need_weights else None
         else:
             out = fused_attention.sdpa(q, k, v, bias, dropout_p, head_dim**-0.5)
-        return self.out(out.transpose(1, 2).reshape(-1, dim)).view(b, queries, dim), weights
+        return out.transpose(1, 2).reshape(-1, dim), weights

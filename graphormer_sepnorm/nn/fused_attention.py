@@ -17,16 +17,11 @@ from __future__ import annotations
 
 import os
 from contextlib import nullcontext
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-if TYPE_CHECKING:
-    from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
-
 
 #: How attention runs on CUDA: ``efficient`` (the default; :func:`efficient_attention`) or
 #: ``math`` (SDPA's unfused math only: slower, more memory, but proven on every path), from
@@ -101,21 +96,21 @@ def efficient_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, dropout_p
     return out
 
 
-def padded(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor, queries: int,
-           width: int, dropout_p: float) -> Tensor:
-    """``attention``'s output for ``x`` ``[B, L, D]`` through SDPA on heads padded to ``width``.
+def padded(qkv: Tensor, num_heads: int, bias: Tensor, queries: int, width: int,
+           dropout_p: float) -> Tensor:
+    """Attention on ``qkv`` ``[B, L, 3 * D]`` through SDPA on heads padded to ``width``.
 
-    ``bias`` ``[B, H, L, L]`` (its first ``queries`` rows are read); returns
-    ``[B, queries, D]``.
+    ``bias`` ``[B, H, L, L]`` (its first ``queries`` rows are read); returns the first
+    ``queries`` positions' heads merged, ``[B * queries, D]``, before the output projection.
+    The caller's projection takes token rows ``[B * L, D]``: under vmap a ``[B, L, D]`` input
+    whose replica dimension was not the leading one made matmul copy the weight for every
+    molecule (``[R, B, D, 3D]``) and sum a weight gradient per molecule in the backward.
     """
-    b, length, dim = x.shape
-    heads, head_dim = attention.num_heads, dim // attention.num_heads
-    # Linear layers take token rows [B * L, D]: under vmap a [B, L, D] input whose replica
-    # dimension is not the leading one made matmul copy the weight for every molecule
-    # ([R, B, D, 3D]) and sum a weight gradient per molecule in the backward.
-    qkv = attention.qkv(x.reshape(-1, dim)).view(b, length, 3, heads, head_dim)
+    b, length, three_dim = qkv.shape
+    dim = three_dim // 3
+    head_dim = dim // num_heads
+    qkv = qkv.view(b, length, 3, num_heads, head_dim)
     q, k, v = F.pad(qkv, (0, width - head_dim)).permute(2, 0, 3, 1, 4)  # [B, H, L, width]
     out = sdpa(q[:, :, :queries], k, v, bias[:, :, :queries].to(q.dtype), dropout_p,
                head_dim**-0.5)
-    rows = out[..., :head_dim].transpose(1, 2).reshape(b * queries, dim)
-    return attention.out(rows).view(b, queries, dim)
+    return out[..., :head_dim].transpose(1, 2).reshape(b * queries, dim)

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.compiling import WorkaroundCompile
 from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.nn import token_rows
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 from graphormer_sepnorm.nn.config import NORM_SITES, GraphormerConfig, NormSite
 from graphormer_sepnorm.nn.dropout import Dropout
@@ -122,6 +123,8 @@ class Graphormer(WorkaroundCompile, nn.Module):
             graph_token_only: skip the last layer's work on atoms, whose outputs reach nothing
                 but the atom embeddings themselves; tokens are then ``[B, 1, D]``.
 
+        A batch with token rows runs on them where it can (:mod:`~.token_rows`).
+
         Returns:
             The normalized tokens ``[B, 1 + N, D]`` (position 0 is the graph token) and, with
             ``need_weights``, each layer's attention probabilities ``[B, H, 1 + N, 1 + N]``.
@@ -130,6 +133,8 @@ class Graphormer(WorkaroundCompile, nn.Module):
             tokens = self.fast_encode(self, batch, graph_token_only)
             if tokens is not None:
                 return tokens, []
+        if not need_weights and token_rows.applies(self, batch):
+            return token_rows.encode(self, batch, graph_token_only), []
         x = in_activation_dtype(self.input_dropout(self.embed_tokens(batch)))
         bias = self.attention_bias(batch).to(x.dtype)
         node_mask, weights = batch.node_mask, []

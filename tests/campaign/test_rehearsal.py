@@ -191,13 +191,15 @@ def test_a_log_over_the_tools_limit_keeps_its_head_and_tail(tmp_path):
 def test_a_failed_first_try_gives_its_minutes_to_the_math_attention(bundle, tmp_path):
     """Two leases lost their minutes to a CUDA-only failure of the fused attention: the first
     try stops at a failed job, and a second try with ``GRAPHORMER_SEPNORM_CUDA_ATTENTION=math``
-    trains in the time left. The failure is staged by an interpreter that fails the campaign
-    unless the math attention is chosen."""
+    trains in the time left, on the grid (``GRAPHORMER_SEPNORM_TOKEN_ROWS=0``: token rows are
+    new, 2026-11-28). The failure is staged by an interpreter that fails the campaign unless
+    both are chosen."""
     python = tmp_path / "python"
     python.write_text(
         "#!/usr/bin/env bash\n"
         'if [ "$2" = graphormer_sepnorm.campaign ] '
-        '&& [ "${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-}" != math ]; then\n'
+        '&& { [ "${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-}" != math ] '
+        '|| [ "${GRAPHORMER_SEPNORM_TOKEN_ROWS:-}" != 0 ]; }; then\n'
         '    echo "first try: $*"; echo "RuntimeError: LSE is not correctly aligned"; exit 1\n'
         f'fi\nexec {PYTHON} "$@"\n')
     python.chmod(0o755)
@@ -207,6 +209,6 @@ def test_a_failed_first_try_gives_its_minutes_to_the_math_attention(bundle, tmp_
     log = (out / "log.txt").read_text()
     assert "--stop-on-failure" in log.split("first try: ")[1].splitlines()[0]
     assert "campaign with" in log and "CUDA attention math" in log
-    assert "math kernel took over" in (out / "FALLBACK_MATH").read_text()
+    assert "math kernel on the grid took over" in (out / "FALLBACK_MATH").read_text()
     unpack(out, tmp_path / "back")
     assert [r["norm"] for r in read_rows(tmp_path / "back" / "results.csv")] == ["sharenorm"]

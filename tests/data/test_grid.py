@@ -163,6 +163,26 @@ def test_device_batches_of_one_length_pad_every_batch_to_it() -> None:
         DeviceBatches(store, [sampler], length=max(sizes) - 1)
 
 
+def test_device_batches_with_atom_rows_keep_one_count_unless_a_batch_overflows() -> None:
+    """``atom_rows``: every batch maps its tokens to ``B + atom_rows`` rows (one shape a fit);
+    a batch with more atoms than that takes the grid's ``B * length``."""
+    from graphormer_sepnorm.data.device_batches import DeviceBatches
+
+    graphs = mixed_graphs()  # 3, 30, 5, 22, 8, 4, 12, 9, 14 and 1 atoms
+    store = GridGraphs(graphs, multi_hop_max_dist=5)
+    order = [[9, 0, 5], [2, 4, 6], [1, 3, 8]]  # 8, 25 and 66 atoms
+    batches = list(DeviceBatches(store, [order], length=32, atom_rows=40))
+    assert [b.row_position.shape[-1] for b in batches] == [3 + 40, 3 + 40, 3 + 3 * 32]
+    for batch, index in zip(batches, order, strict=True):
+        real = 3 + int(store.sizes[index].sum())
+        grid = store.batch(torch.tensor(index), 32)
+        assert torch.equal(batch.node_mask, grid.node_mask)
+        assert sorted(batch.row_position[:real].tolist()) == torch.cat(
+            [torch.ones(3, 1, dtype=torch.bool), grid.node_mask], 1).flatten().nonzero(
+        ).squeeze(1).tolist()
+    assert all(b.row_position is None for b in DeviceBatches(store, [order], length=32))
+
+
 def test_device_batches_want_stacking_for_several_samplers() -> None:
     from graphormer_sepnorm.data import SizeGroupedBatchSampler
     from graphormer_sepnorm.data.device_batches import DeviceBatches

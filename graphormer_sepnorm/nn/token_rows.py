@@ -1,0 +1,131 @@
+"""The encoder on packed token rows: token-wise work on real tokens only, attention on the grid.
+
+A grid batch pads every molecule to the batch's ``N`` atoms, and the layers' token-wise work
+(norms, projections, FFN, dropouts, residuals: most of a GPU step's bytes) runs on all
+``B * (1 + N)`` positions. ZINC-subset's random batches of 256 pad to 40 atoms where molecules
+average 23, and MolHIV's training batches to 224 where they average 25. Attention is the only
+part of a layer that mixes positions, so here the tokens live as packed rows ``[T, D]``
+(``T = B + atom_rows``: the graph tokens, then the real atoms, then a little padding to a fixed
+count, :attr:`~graphormer_sepnorm.data.collate.GraphormerBatch.row_position`), and each layer
+gathers its projected ``q, k, v`` into the ``[B, 1 + N]`` grid for attention and gathers the
+attention's output back into rows. The same modules and parameters compute the same function as
+:meth:`Graphormer.encode <graphormer_sepnorm.nn.model.Graphormer.encode>` up to float rounding:
+padded grid positions read some other row, a finite token that the bias masks as a key, and
+padded queries and padding rows reach no real token, so their gradients are exactly zero.
+Dropout draws differ (other shapes).
+
+The atom norms must be per token (``tok_norm`` ``'layer'`` or ``'none'``): padding rows would
+enter a BatchNorm over atoms (:func:`applies`). The CPU backend does the same with size groups
+(:mod:`~graphormer_sepnorm.nn.cpu.encoder`); this module is for grid batches, whose shapes stay
+static, so a compiled step compiles once.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
+from graphormer_sepnorm.nn.layer import GraphormerLayer
+from graphormer_sepnorm.nn.precision import in_activation_dtype
+from graphormer_sepnorm.nn.sepnorm import SepNorm, ShareNorm
+
+if TYPE_CHECKING:
+    from graphormer_sepnorm.nn.model import Graphormer
+
+
+#: Whether batches with token rows run on them, from ``GRAPHORMER_SEPNORM_TOKEN_ROWS`` when the
+#: package is imported (``0``: on their grid, the same function). A lease's fallback: written
+#: 2026-11-28, the rows path has not run on a GPU yet.
+ENABLED = os.environ.get("GRAPHORMER_SEPNORM_TOKEN_ROWS", "1") != "0"
+
+
+def applies(model: Graphormer, batch: GraphormerBatch) -> bool:
+    """Whether :func:`encode` runs ``model`` on ``batch``: it has rows, every norm is per token.
+
+    Never when :data:`ENABLED` is false.
+    """
+    if not ENABLED or batch.row_position is None or batch.position_row is None:
+        return False
+    norms = [n for layer in model.layers for n in (layer.attn_norm, layer.ffn_norm)]
+    return all(isinstance(n, ShareNorm) or isinstance(n, SepNorm)
+               and isinstance(n.tok_norm, (nn.LayerNorm, nn.Identity))
+               for n in [*norms, model.final_norm])
+
+
+def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) -> Tensor:
+    """:meth:`Graphormer.encode`'s tokens ``[B, 1 + N, D]`` (``[B, 1, D]`` if graph only).
+
+    Padded grid positions of the output hold row 0's values (the grid layout's padding is
+    unspecified, see :meth:`Graphormer.embed_tokens`).
+    """
+    b, n = batch.node_mask.shape
+    x = in_activation_dtype(model.input_dropout(embed_rows(model, batch)))
+    bias = model.attention_bias(batch).to(x.dtype)
+    for index, layer in enumerate(model.layers):
+        last = graph_token_only and index == len(model.layers) - 1
+        x = layer_rows(layer, x, bias, batch, last)
+    x = normalize_rows(model.final_norm, x, b)
+    if graph_token_only:
+        return x[:b, None]
+    return x.index_select(0, batch.position_row).view(b, 1 + n, -1)
+
+
+def embed_rows(model: Graphormer, batch: GraphormerBatch) -> Tensor:
+    """The layers' input as rows ``[B + atom_rows, D]``: graph tokens, then atoms (and padding)."""
+    b, n = batch.node_mask.shape
+    position = batch.row_position[b:]
+    # position g * (1 + N) + 1 + i in the token grid is slot g * N + i of the atom grid
+    # (a padding row at a graph token's position gets slot -1 or the slot before: any real
+    # slot will do, nothing reads it)
+    slot = (position - position // (1 + n) - 1).clamp(min=0)
+    atoms = (model.atom_encoder(batch.x.index_select(0, slot))
+             + model.degree_encoder(batch.degree.index_select(0, slot)))
+    return torch.cat([model.graph_token.expand(b, -1).to(atoms.dtype), atoms])
+
+
+def layer_rows(layer: GraphormerLayer, x: Tensor, bias: Tensor, batch: GraphormerBatch,
+               graph_token_only: bool = False) -> Tensor:
+    """:meth:`GraphormerLayer.forward` on rows ``x`` ``[T, D]`` (``[B, D]`` if graph only)."""
+    b = batch.node_mask.shape[0]
+    attended = attend_rows(layer.attention, normalize_rows(layer.attn_norm, x, b), bias, batch,
+                           graph_token_only)
+    if graph_token_only:
+        x = x[:b]
+    x = x + layer.dropout(attended)
+    return x + layer.dropout(layer.ffn(normalize_rows(layer.ffn_norm, x, b)))
+
+
+def attend_rows(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
+                batch: GraphormerBatch, graph_token_only: bool = False) -> Tensor:
+    """Attention with its projections on normalized rows ``x`` ``[T, D]`` -> ``[T, D]``.
+
+    The projected ``q, k, v`` are gathered into the grid ``[B, 1 + N, 3 * D]``, attended there
+    with ``bias`` ``[B, H, 1 + N, 1 + N]``, and the output gathered back into rows before the
+    output projection. With ``graph_token_only`` only the graph tokens attend: ``[B, D]``.
+    """
+    b, n = batch.node_mask.shape
+    qkv = attention.qkv(x).index_select(0, batch.position_row).view(b, 1 + n, -1)
+    rows, _ = attention.attend(qkv, bias, queries=1 if graph_token_only else None)
+    if not graph_token_only:
+        rows = rows.index_select(0, batch.row_position)
+    return attention.out(rows)
+
+
+def normalize_rows(norm: nn.Module, x: Tensor, graphs: int) -> Tensor:
+    """A :class:`SepNorm` or :class:`ShareNorm` on rows ``x``, the first ``graphs`` graph tokens.
+
+    The atom norm is per token (padding rows are normalized too, and read by nothing).
+    """
+    if isinstance(norm, ShareNorm):
+        return norm(x)
+    graph_tokens = norm.cls_norm(x[:graphs])
+    if len(x) == graphs:
+        return graph_tokens
+    # a cat, not SepNorm's select over every row: that saved 61 launches a step and cost
+    # 0.27 GB more (ZINC-subset, K=2, gpu_roofline.py), and the step is bound by bytes
+    return torch.cat([graph_tokens, norm.tok_norm(x[graphs:])])
