@@ -20,6 +20,8 @@ length is counted. With ``bucketed`` lengths random steps take several (MolHIV's
 128 pad to 56 to 224 atoms; K packed replicas' batches pad together, to their largest): each
 length that at least ``--min-share`` of 1,000 random steps take is compiled and counted
 afresh, and the path's figures are share-weighted (``--one-length``: one random step's).
+The training batches carry token rows as the preset's do (``data.train_tokens: rows``: the
+layers' token-wise work on real atoms only; ``--train-tokens grid`` for every grid position).
 
 Beside that bound, the same with L2 reuse (``_roofline.hbm_bytes``: a read of a buffer touched
 within the last 40 MB of buffers hits the H100's 50 MB L2): the step takes at least the

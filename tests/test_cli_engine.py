@@ -1,5 +1,8 @@
 """The GPU-first engine through the CLI, on the CPU: the preset, bf16-mixed, packed replicas."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -178,3 +181,22 @@ def test_a_compiled_packed_fit_compiles_its_step_once_and_evaluates_eagerly(tmp_
     # model's forward, compiled, would run there)
     assert sorted(compiles) == [("adamw_step_", False), ("training_losses", True)]
     assert torch.isfinite(cli.trainer.callback_metrics["val/mae"])
+
+
+
+def test_token_rows_turned_off_gather_no_maps(tmp_path, monkeypatch):
+    """``GRAPHORMER_SEPNORM_TOKEN_ROWS=0`` (gpu/run.sh's fallback) turns ``ENABLED`` off: the
+    preset's fit trains on the grid, and its batches carry no row maps (their gather could be
+    what failed)."""
+    from graphormer_sepnorm.nn import token_rows
+
+    env = {**os.environ, "GRAPHORMER_SEPNORM_TOKEN_ROWS": "0"}
+    read = subprocess.run([sys.executable, "-c", "from graphormer_sepnorm.nn import token_rows;"
+                           "print(token_rows.ENABLED)"], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert read.stdout.strip() == "False" and token_rows.ENABLED
+    monkeypatch.setattr(token_rows, "ENABLED", False)
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
+                "--model.seeds", "[3, 5]", "--trainer.fast_dev_run", "true"])
+    assert cli.trainer.state.finished and cli.datamodule.train_tokens == "rows"
+    assert all(b.row_position is None for b in cli.datamodule.train_dataloader())

@@ -175,7 +175,7 @@ class GridGraphs:
         compiled step then has one shape, and a batch with more atoms than this
         (:meth:`rows_for`) takes the grid's count, a second shape. At the default, about one
         batch in a billion does; ZINC-subset's batches of 256 (23.2 atoms on average) get
-        6,336 rows against the grid's 10,240 atom positions.
+        6,400 rows against the grid's 10,240 atom positions.
         """
         sizes = self.sizes.astype(np.float64)
         spread = sigmas * float(sizes.std()) * np.sqrt(batch_size)

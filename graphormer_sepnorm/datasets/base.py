@@ -15,6 +15,7 @@ from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler,
 from graphormer_sepnorm.data.device_batches import DeviceBatches
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.data.resumable import ResumableBatchSampler, ResumableLoader, batches_done
+from graphormer_sepnorm.nn import token_rows
 
 SPLITS = ("train", "val", "test")
 TrainBatches = Literal["random", "size_grouped"]
@@ -273,8 +274,9 @@ class GraphDataModule(LightningDataModule):
                                              device or "cpu")
         store = self._stores[split]
         length = int(store.lengths()[-1]) if pad and self.train_length == "longest" else None
-        rows = store.atom_rows_for(self.batch_size) if pad and self.train_tokens == "rows" \
-            else None
+        # GRAPHORMER_SEPNORM_TOKEN_ROWS=0 (a lease's fallback): not even the maps are gathered
+        rows = store.atom_rows_for(self.batch_size) \
+            if pad and self.train_tokens == "rows" and token_rows.ENABLED else None
         return DeviceBatches(store, samplers, stack=packed, done=self._batches_done,
                              length=length, atom_rows=rows)
 
