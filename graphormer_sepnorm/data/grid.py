@@ -161,8 +161,7 @@ class GridGraphs:
         slots = torch.arange(self.hop_slots, device=index.device,
                              dtype=torch.uint8 if k < 256 else torch.long)
         hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)
-        rows = (None, None) if atom_rows is None else token_rows(n.squeeze(-1), length,
-                                                                  atom_rows)
+        rows = (None, None) if atom_rows is None else row_maps(n.squeeze(-1), length, atom_rows)
         return (t["x"][atom].long(), t["degree"][atom].long(), node_mask, spd, hop_index,
                 t["path"][pair], None if self.y is None else self.y[index],
                 None if self.mol_x is None else self.mol_x[index], *rows)
@@ -216,7 +215,7 @@ class GridGraphs:
         return self._lengths[multiple]
 
 
-def token_rows(num_nodes: Tensor, length: int, atom_rows: int) -> tuple[Tensor, Tensor]:
+def row_maps(num_nodes: Tensor, length: int, atom_rows: int) -> tuple[Tensor, Tensor]:
     """The packed token rows of graphs of ``num_nodes`` ``[..., B]`` atoms in a grid of ``length``.
 
     Returns ``row_position`` ``[..., B + atom_rows]`` and ``position_row``

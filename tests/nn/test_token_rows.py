@@ -15,20 +15,20 @@ from data.test_grid import mixed_graphs
 from graphs import random_graph
 from nn.test_backends import assert_same, model_pair, run
 
-from graphormer_sepnorm.data.grid import GridGraphs, token_rows
+from graphormer_sepnorm.data.grid import GridGraphs, row_maps
 from graphormer_sepnorm.nn import token_rows as rows_module
 from graphormer_sepnorm.training.packed import PackedReplicas
 
 
 def test_row_maps_by_hand() -> None:
     # graphs of 2, 3 and 1 atoms in a grid of 3 atoms (4 token positions each), 8 atom rows
-    row_position, position_row = token_rows(torch.tensor([2, 3, 1]), length=3, atom_rows=8)
+    row_position, position_row = row_maps(torch.tensor([2, 3, 1]), length=3, atom_rows=8)
     assert row_position.tolist() == [0, 4, 8,  # the graph tokens
                                      1, 2, 5, 6, 7, 9,  # the atoms, in grid order
                                      9, 10]  # padding rows: row r at position r mod 12
-    # padded positions p: row p mod 11 (spread, not all on one row: see token_rows)
+    # padded positions p: row p mod 11 (spread, not all on one row: see row_maps)
     assert position_row.view(3, 4).tolist() == [[0, 3, 4, 3], [1, 5, 6, 7], [2, 8, 10, 0]]
-    stacked, _ = token_rows(torch.tensor([[2, 3, 1], [1, 1, 1]]), length=3, atom_rows=8)
+    stacked, _ = row_maps(torch.tensor([[2, 3, 1], [1, 1, 1]]), length=3, atom_rows=8)
     assert stacked[0].tolist() == row_position.tolist()
     assert stacked[1].tolist() == [0, 4, 8, 1, 5, 9, 6, 7, 8, 9, 10]
 
