@@ -208,13 +208,13 @@ def compile_counters() -> dict[str, int]:
 
 
 def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
-        seeds: list[int] | None, batch_size: int) -> dict:
-    """One timed fit; returns the row."""
+        seeds: list[int] | None, batch_size: int, train_tokens: str = "grid") -> dict:
+    """One timed fit; returns the row (``train_tokens``: the engine's training batches')."""
     cuda = torch.cuda.is_available()
     engine = path != "lightning"
     data = ListDataModule(name, graphs, batch_size=batch_size,
                           engine="device" if engine else "loader", replica_seeds=seeds,
-                          train_length=args.train_length, train_tokens=args.train_tokens)
+                          train_length=args.train_length, train_tokens=train_tokens)
     config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=args.hops)
     model = graphormer_module(dataset_info=data.dataset_info, config=config, seeds=seeds,
                              warmup_steps=1, total_steps=args.warmup + args.steps,
@@ -301,10 +301,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         default=preset_train_length(),
                         help="the engine's training batches' padding (default: the gpu_fast "
                              "preset's)")
-    parser.add_argument("--train-tokens", choices=["grid", "rows"],
-                        default=preset_train_tokens(),
+    parser.add_argument("--train-tokens", choices=["grid", "rows"], nargs="+",
+                        default=[preset_train_tokens()],
                         help="the engine's training batches' tokens (default: the gpu_fast "
-                             "preset's)")
+                             "preset's); both: each engine and packed row for each")
     parser.add_argument("--paths", nargs="+", default=["lightning", "engine", "packed"],
                         choices=["lightning", "engine", "packed"],
                         help="which rows (default all; packed: one per --k)")
@@ -321,10 +321,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         graphs = (load_graphs(args.prepared / name / "train.npz") if args.prepared
                   else synthetic(name, args.synthetic))
         batch_size = max(2, round(DATASETS[name][0] * args.batch_scale))
-        runs = [(path, None) for path in ("lightning", "engine") if path in args.paths]
-        runs += [(f"packed {k}", list(range(k))) for k in args.k if "packed" in args.paths]
-        for path, seeds in runs:
-            row = fit(name, graphs, args, path, seeds, batch_size) | {"batch": batch_size}
+        for path, seeds, tokens in planned_runs(args):
+            row = fit(name, graphs, args, path, seeds, batch_size, tokens) | {
+                "batch": batch_size, "train_tokens": tokens}
             row["of_matmul"] = row["tflops"] / reference
             rows.append(row)
             print(f"{name:12s} {path:10s} {row['steps_per_s']:8.1f} steps/s "
@@ -340,12 +339,28 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return rows
 
 
+def planned_runs(args: argparse.Namespace) -> list[tuple[str, list[int] | None, str]]:
+    """``(path, seeds, train_tokens)`` of each timed fit, in order.
+
+    With several ``--train-tokens`` each engine and packed row is timed for each, one after
+    the other (the same machine and warm caches), the path naming it: ``packed 4 rows``.
+    """
+    runs = [("lightning", None, "grid")] if "lightning" in args.paths else []
+    both = len(args.train_tokens) > 1
+    named = [("engine", None)] if "engine" in args.paths else []
+    named += [(f"packed {k}", list(range(k))) for k in args.k if "packed" in args.paths]
+    for path, seeds in named:
+        runs += [(f"{path} {tokens}" if both else path, seeds, tokens)
+                 for tokens in args.train_tokens]
+    return runs
+
+
 def summary(rows: list[dict]) -> None:
     """The last line (ZINC-subset if measured, else the first dataset)."""
     name = "zinc_subset" if any(r["dataset"] == "zinc_subset" for r in rows) else rows[0][
         "dataset"]
     mine = [r for r in rows if r["dataset"] == name]
-    engine = next((r for r in mine if r["path"] == "engine"), mine[0])
+    engine = next((r for r in mine if r["path"].startswith("engine")), mine[0])
     best = max((r for r in mine if r["path"].startswith("packed")),
                key=lambda r: r["model_steps_per_s"], default=engine)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"

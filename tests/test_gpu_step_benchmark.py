@@ -54,3 +54,17 @@ def test_gpu_step_pads_as_the_preset_does():
                           "--batch-scale", "0.04", "--layers", "1", "--hops", "5",
                           "--k", "2", "--datasets", "molhiv", "--paths", "packed"])
     assert rows[0]["timed_new_lengths"] == 0
+
+
+def test_gpu_step_times_grid_and_rows_one_after_the_other():
+    """``--train-tokens grid rows`` (a lease's comparison of the two on one machine): each
+    engine and packed row for each, named by it; the preset's default is rows."""
+    assert gpu_step.preset_train_tokens() == "rows"
+    rows = gpu_step.main(["--synthetic", "40", "--steps", "2", "--warmup", "1",
+                          "--batch-scale", "0.04", "--layers", "1", "--hops", "5",
+                          "--k", "2", "--datasets", "zinc_subset", "--paths", "engine", "packed",
+                          "--train-tokens", "grid", "rows"])
+    assert [(r["path"], r["train_tokens"]) for r in rows] == [
+        ("engine grid", "grid"), ("engine rows", "rows"),
+        ("packed 2 grid", "grid"), ("packed 2 rows", "rows")]
+    assert all(r["steps_per_s"] > 0 for r in rows)
