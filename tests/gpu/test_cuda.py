@@ -174,3 +174,33 @@ def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
         for name, value in single.state_dict().items():
             torch.testing.assert_close(got[name].to(DEVICE), value, rtol=1e-6, atol=1e-6,
                                        msg=name)
+
+
+def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly():
+    """The preset's training path: packed replicas under ``vmap``, compiled, on token rows,
+    against the same replicas eagerly on the grid (float32: outputs, the flat gradient and the
+    BatchNorm statistics)."""
+    from graphormer_sepnorm.compiling import compiled
+    from graphormer_sepnorm.training.packed import PackedReplicas
+
+    data = graphs()
+    store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
+    index = torch.tensor([[0, 1, 2, 3, 4], [8, 7, 6, 5, 4]], device=DEVICE)
+    # the first replica's 3 + 30 + 5 + 22 + 8 atoms fit 80 rows; 48 would take the grid's
+    assert store.rows_for(index.cpu().numpy(), 80, 32) == 80
+    assert store.rows_for(index.cpu().numpy(), 48, 32) == 5 * 32
+    results = []
+    for atom_rows, compile_it in ((None, False), (80, True)):
+        second = model()
+        with torch.no_grad():
+            for parameter in second.parameters():
+                parameter.add_(0.1 * torch.randn_like(parameter))
+        packed = PackedReplicas([model(), second]).train()
+        forward = compiled(packed) if compile_it else packed
+        out = forward(store.batch(index, 32, atom_rows))
+        out.pow(2).sum().backward()
+        statistics = torch.cat([packed.stacked_buffer(n).flatten() for n in packed.buffer_names
+                                if "running" in n])
+        results.append((out.detach(), packed.flat.grad.clone(), statistics))
+    for expected, got in zip(*results, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
