@@ -60,7 +60,7 @@ def applies(model: Graphormer, batch: GraphormerBatch) -> bool:
 def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) -> Tensor:
     """:meth:`Graphormer.encode`'s tokens ``[B, 1 + N, D]`` (``[B, 1, D]`` if graph only).
 
-    Padded grid positions of the output hold row 0's values (the grid layout's padding is
+    Padded grid positions of the output hold some row's values (the grid layout's padding is
     unspecified, see :meth:`Graphormer.embed_tokens`).
     """
     b, n = batch.node_mask.shape
