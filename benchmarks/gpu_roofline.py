@@ -114,8 +114,8 @@ def batches(store: GridGraphs, batch_size: int, replicas: int | None,
         index = _random_step(store, batch_size, replicas or 1, gen)
         index = index if replicas else index[0]
         padded = pad_to or store.length_for(index.reshape(-1))
-        counted = atom_rows and store.rows_for(index, atom_rows, padded)
         if length in (None, padded):
+            counted = atom_rows and store.rows_for(index, atom_rows, padded)
             return lambda: store.batch(torch.from_numpy(index), padded, counted)
     raise ValueError(f"no random batch of {batch_size} pads to {length}")
 

@@ -71,7 +71,7 @@ PRESET = Path(__file__).resolve().parents[1] / "configs" / "presets" / "gpu_fast
 
 def preset_compile_mode() -> str:
     """The ``model.compile`` of ``configs/presets/gpu_fast.yaml``."""
-    return yaml.safe_load(PRESET.read_text())["model"]["compile"]
+    return _preset()["model"]["compile"]
 
 
 def preset_train_length() -> str:
@@ -85,8 +85,12 @@ def preset_train_tokens() -> str:
 
 
 def _preset_data(name: str, default: str) -> str:
-    preset = yaml.safe_load(PRESET.read_text())
-    return preset.get("data", {}).get("init_args", {}).get(name, default)
+    return _preset().get("data", {}).get("init_args", {}).get(name, default)
+
+
+def _preset() -> dict:
+    """``configs/presets/gpu_fast.yaml``, parsed."""
+    return yaml.safe_load(PRESET.read_text())
 
 
 def synthetic(name: str, count: int, seed: int = 0) -> list[Data]:

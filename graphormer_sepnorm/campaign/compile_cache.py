@@ -67,7 +67,8 @@ def save_compile_cache(state: Path, max_bytes: int) -> str:
     """
     try:
         saved = torch.compiler.save_cache_artifacts()
-        if saved is None or not any(saved[1].artifacts.values()):
+        entries = 0 if saved is None else sum(len(v) for v in saved[1].artifacts.values())
+        if not entries:
             return "compile cache: nothing compiled, kept as it was"
         if len(saved[0]) > RATIO * max_bytes:  # not worth the seconds compressing it
             return (f"compile cache: {len(saved[0]) / 2**20:.1f} MiB, far over the "
@@ -84,6 +85,5 @@ def save_compile_cache(state: Path, max_bytes: int) -> str:
         atomic_write_bytes(data, path)
     except Exception as error:
         return f"compile cache: not saved ({error!r})"
-    entries = sum(len(v) for v in saved[1].artifacts.values())
     return (f"compile cache: {entries} entries, {len(saved[0]) / 2**20:.1f} MiB "
             f"({len(data) / 2**20:.1f} compressed) saved to {path.name}")
