@@ -20,8 +20,9 @@ length is counted. With ``bucketed`` lengths random steps take several (MolHIV's
 128 pad to 56 to 224 atoms; K packed replicas' batches pad together, to their largest): each
 length that at least ``--min-share`` of 1,000 random steps take is compiled and counted
 afresh, and the path's figures are share-weighted (``--one-length``: one random step's).
-The training batches carry token rows as the preset's do (``data.train_tokens: rows``: the
-layers' token-wise work on real atoms only; ``--train-tokens grid`` for every grid position).
+The training batches hold their tokens as the preset's do (``data.train_tokens``; ``rows``: the
+layers' token-wise work on real atoms only; ``sequences``: rows, and attention in sequences of
+several molecules; ``grid``: every grid position; ``--train-tokens`` overrides it).
 
 Beside that bound, the same with L2 reuse (``_roofline.hbm_bytes``: a read of a buffer touched
 within the last 40 MB of buffers hits the H100's 50 MB L2): the step takes at least the
@@ -68,6 +69,7 @@ from gpu_step import (  # noqa: E402
     synthetic,
 )
 
+from graphormer_sepnorm.data import sequences  # noqa: E402
 from graphormer_sepnorm.data.grid import GridGraphs  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
 from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
@@ -101,22 +103,26 @@ def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple
 
 def batches(store: GridGraphs, batch_size: int, replicas: int | None,
             gen: np.random.Generator, length: int | None = None,
-            pad_to: int | None = None, rows: bool = False) -> Callable[[], Any]:
+            pad_to: int | None = None, tokens: str = "grid") -> Callable[[], Any]:
     """A random training batch (``[R, B]`` for packed replicas), padded as the engine pads.
 
     With ``length``, the first random batch that pads to it; with ``pad_to``, a random batch
-    padded to that (``train_length: longest``); with ``rows``, its tokens also as packed rows
-    (``train_tokens: rows``). Returns the gather that makes it (``DeviceBatches`` runs it at
-    each step, eagerly).
+    padded to that (``train_length: longest``); its ``tokens`` as the engine holds them
+    (``train_tokens``: also as packed rows, and placed in attention sequences). Returns the
+    gather that makes it (``DeviceBatches`` runs it at each step, eagerly).
     """
-    atom_rows = store.atom_rows_for(batch_size) if rows else None
+    atom_rows = store.atom_rows_for(batch_size) if tokens != "grid" else None
+    shape = sequences.shape_for(store.sizes, batch_size) if tokens == "sequences" else None
     for _ in range(100_000):
         index = _random_step(store, batch_size, replicas or 1, gen)
         index = index if replicas else index[0]
         padded = pad_to or store.length_for(index.reshape(-1))
-        if length in (None, padded):
+        placed = shape and sequences.place(store.sizes, index, *shape)
+        if length in (None, padded) and (placed or not shape):
             counted = atom_rows and store.rows_for(index, atom_rows, padded)
-            return lambda: store.batch(torch.from_numpy(index), padded, counted)
+            index, first = placed or (index, None)
+            return lambda: store.batch(torch.from_numpy(index), padded, counted,
+                                       shape and (torch.from_numpy(first), *shape))
     raise ValueError(f"no random batch of {batch_size} pads to {length}")
 
 
@@ -194,7 +200,7 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
         module, optimizer, schedule = build(name, seeds, args)
         pad_to = int(store.lengths()[-1]) if args.train_length == "longest" else None
         gather = batches(store, batch_size, len(seeds) if seeds else None, gen, length, pad_to,
-                         args.train_tokens == "rows")
+                         args.train_tokens)
         with cuda_gather():  # the step's gather; the model's construction gathers eagerly
             counts = _counted(recorder, lambda: training_step(module, optimizer, schedule,
                                                               gather))
@@ -276,7 +282,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--train-length", choices=["bucketed", "longest"],
                         default=preset_train_length(),
                         help="training batches' padding (default: the gpu_fast preset's)")
-    parser.add_argument("--train-tokens", choices=["grid", "rows"],
+    parser.add_argument("--train-tokens", choices=["grid", "rows", "sequences"],
                         default=preset_train_tokens(),
                         help="training batches' tokens (default: the gpu_fast preset's)")
     parser.add_argument("--one-length", action="store_true",

@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         default=preset_train_length(),
                         help="the engine's training batches' padding (default: the gpu_fast "
                              "preset's)")
-    parser.add_argument("--train-tokens", choices=["grid", "rows"], nargs="+",
+    parser.add_argument("--train-tokens", choices=["grid", "rows", "sequences"], nargs="+",
                         default=[preset_train_tokens()],
                         help="the engine's training batches' tokens (default: the gpu_fast "
                              "preset's); both: each engine and packed row for each")

@@ -144,8 +144,8 @@ say "compile cache: up to ${COMPILE_CACHE_MIB} MiB (tree ${TREE_KIB} KiB as it c
 # packed fit, and the jobs after it would have failed the same way. Unless the attention is
 # chosen (GRAPHORMER_SEPNORM_CUDA_ATTENTION) or FALLBACK=0, the first try stops at a failed
 # job, and the seconds left go to a second try with SDPA's math kernel (slower, proven on
-# every path) and without token rows (GRAPHORMER_SEPNORM_TOKEN_ROWS=0: the grid, proven on an
-# H200; rows are new since 2026-11-28), which retries that job (a job is given up after two
+# every path) and without token rows or attention sequences (GRAPHORMER_SEPNORM_TOKEN_ROWS=0:
+# the grid, proven on an H200; both are new since 2026-11-28), which retries that job (a job is given up after two
 # failures with one code) and goes on past a failure. On the GPU by default; FALLBACK=1 on the
 # CPU (its test).
 FALLBACK_ARGS=()
@@ -159,10 +159,10 @@ LEFT=$(( LIMIT_S - ($(date +%s) - T0) - RESERVE_S ))
 # 1: a job failed; above 124 with time left: the process died (a crash, not the backstop)
 if [ "$STATUS" != 0 ] && [ "$STATUS" != 3 ] && [ "$LEFT" -ge 60 ] \
         && [ "${#FALLBACK_ARGS[@]}" -gt 0 ]; then
-    say "a job failed with the efficient attention and token rows (see above): the campaign" \
-        "again with SDPA's math kernel, on the grid, and ${LEFT}s"
-    echo "efficient attention, token rows: a job failed; the math kernel on the grid took over" \
-        >"$OUT/FALLBACK_MATH"
+    say "a job failed with the efficient attention and token rows/sequences (see above): the" \
+        "campaign again with SDPA's math kernel, on the grid, and ${LEFT}s"
+    echo "efficient attention, token rows/sequences: a job failed; the math kernel on the grid" \
+        "took over" >"$OUT/FALLBACK_MATH"
     export GRAPHORMER_SEPNORM_CUDA_ATTENTION=math GRAPHORMER_SEPNORM_TOKEN_ROWS=0
     campaign "$LEFT"
     STATUS=$?

@@ -11,6 +11,7 @@ from test_cli import CONFIGS, common
 
 from graphormer_sepnorm.cli import main
 from graphormer_sepnorm.compiling import compile_kwargs
+from graphormer_sepnorm.data import sequences as attention_sequences
 from graphormer_sepnorm.data.device_batches import DeviceBatches
 from graphormer_sepnorm.data.resumable import ResumableLoader
 from graphormer_sepnorm.prediction import CheckpointError, load_checkpoint
@@ -170,10 +171,13 @@ def test_a_compiled_packed_fit_compiles_its_step_once_and_evaluates_eagerly(tmp_
     store = cli.datamodule._stores["train"]
     batches = list(cli.datamodule.train_dataloader())
     assert {b.node_mask.shape[-1] for b in batches} == {int(store.lengths()[-1])}
-    # token rows (train_tokens: rows), one count of them for the whole fit
-    assert cli.datamodule.train_tokens == "rows"
+    # token rows in attention sequences (train_tokens: sequences), one count of rows and one
+    # shape of sequences for the whole fit
+    assert cli.datamodule.train_tokens == "sequences"
     size = cli.datamodule.batch_size
     assert {b.row_position.shape for b in batches} == {(2, size + store.atom_rows_for(size))}
+    shape = attention_sequences.shape_for(store.sizes, size)
+    assert {b.sequence_graph.shape for b in batches} == {(2, *shape)}
     # evaluation and statistics batches, run eagerly, keep their own lengths
     for loader in (cli.datamodule.statistics_dataloader(), cli.datamodule.val_dataloader()):
         assert loader.length is None and loader.atom_rows is None
@@ -198,5 +202,6 @@ def test_token_rows_turned_off_gather_no_maps(tmp_path, monkeypatch):
     monkeypatch.setattr(token_rows, "ENABLED", False)
     cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
                 "--model.seeds", "[3, 5]", "--trainer.fast_dev_run", "true"])
-    assert cli.trainer.state.finished and cli.datamodule.train_tokens == "rows"
-    assert all(b.row_position is None for b in cli.datamodule.train_dataloader())
+    assert cli.trainer.state.finished and cli.datamodule.train_tokens == "sequences"
+    assert all(b.row_position is None and b.sequence_graph is None
+               for b in cli.datamodule.train_dataloader())

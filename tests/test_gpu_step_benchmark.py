@@ -58,8 +58,8 @@ def test_gpu_step_pads_as_the_preset_does():
 
 def test_gpu_step_times_grid_and_rows_one_after_the_other():
     """``--train-tokens grid rows`` (a lease's comparison of the two on one machine): each
-    engine and packed row for each, named by it; the preset's default is rows."""
-    assert gpu_step.preset_train_tokens() == "rows"
+    engine and packed row for each, named by it; the preset's default is sequences."""
+    assert gpu_step.preset_train_tokens() == "sequences"
     rows = gpu_step.main(["--synthetic", "40", "--steps", "2", "--warmup", "1",
                           "--batch-scale", "0.04", "--layers", "1", "--hops", "5",
                           "--k", "2", "--datasets", "zinc_subset", "--paths", "engine", "packed",

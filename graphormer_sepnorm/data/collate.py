@@ -60,6 +60,16 @@ class GraphormerBatch:
         position_row: ``[B * (1 + N)]`` long, with ``row_position``: the row of each grid
             position, its inverse on real tokens (a padded position: some row, whose finite
             token attention masks).
+        row_sequence: ``[T]`` long, with token rows, or ``None``: attention in sequences
+            (:mod:`~graphormer_sepnorm.data.sequences`): each row's position in the flattened
+            ``[S, L]`` sequences, several graphs to a sequence, each graph's tokens contiguous
+            (padding rows: some position). The pair fields are then those of the ``S * L * L``
+            position pairs of the sequences (real where both are atoms of one graph), not the
+            grid's.
+        sequence_row: ``[S * L]`` long, with ``row_sequence``: the row at each sequence
+            position, its inverse on real tokens (a padding position: some row).
+        sequence_graph: ``[S, L]`` long, with ``row_sequence``: the graph at each sequence
+            position, ``-1`` at padding (attention keeps graphs apart by it).
         layout: ``'collated'`` (the collator's, above), ``'grid'`` (below) or
             ``'replica_grid'``: grid batches of packed replicas, every field with a leading
             ``[R]`` (one batch per replica; :class:`~graphormer_sepnorm.data.grid.GridGraphs`).
@@ -92,6 +102,9 @@ class GraphormerBatch:
     layout: Layout = "collated"
     row_position: Tensor | None = None
     position_row: Tensor | None = None
+    row_sequence: Tensor | None = None
+    sequence_row: Tensor | None = None
+    sequence_graph: Tensor | None = None
 
     @property
     def is_grid(self) -> bool:

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from graphormer_sepnorm.data import sequences as attention_sequences
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.data.resumable import (
@@ -49,6 +50,11 @@ class DeviceBatches:
             (:meth:`GridGraphs.atom_rows_for
             <graphormer_sepnorm.data.grid.GridGraphs.atom_rows_for>`; a batch with more atoms
             takes ``B * length``); ``None`` (default): grid only.
+        sequences: ``(S, L)`` with ``atom_rows``: batches also place their tokens in ``S``
+            attention sequences of ``L`` positions (:mod:`~graphormer_sepnorm.data.sequences`,
+            :func:`~graphormer_sepnorm.data.sequences.shape_for`), each batch's graphs in the
+            order of their places; a batch that does not fit stays in plain rows (a second
+            shape). ``None`` (default): none.
         done: the batches of the current epoch trained so far
             (:func:`~graphormer_sepnorm.data.resumable.batches_done`): with
             :class:`~graphormer_sepnorm.data.resumable.ResumableBatchSampler` samplers, Lightning
@@ -58,12 +64,14 @@ class DeviceBatches:
     def __init__(self, store: GridGraphs, samplers: Sequence[Sampler[list[int]]],
                  length_multiple: int = 8, stack: bool = False,
                  done: Callable[[], int] = lambda: 0, length: int | None = None,
-                 atom_rows: int | None = None) -> None:
+                 atom_rows: int | None = None,
+                 sequences: tuple[int, int] | None = None) -> None:
         if not samplers or len(samplers) > 1 and not stack:
             raise ValueError("one batch sampler, or several with stack=True")
         if length is not None and length < (largest := int(store.sizes.max(initial=1))):
             raise ValueError(f"length {length} is shorter than the largest molecule ({largest})")
         self.length, self.atom_rows = length, atom_rows
+        self.sequences = sequences if atom_rows else None
         self.store = store
         self.sampler = _EpochSetter(samplers)
         self.batch_sampler = None  # Lightning inspects a dataloader's pair of them
@@ -101,17 +109,31 @@ class DeviceBatches:
         return batches
 
     def __iter__(self) -> Iterator[GraphormerBatch]:
-        batches = self._epoch()
+        batches = [self._placed(batch) for batch in self._epoch()]
         if not batches:
             return
-        # one host-to-device copy an epoch; each step slices a view of it
-        sizes = [b.size for b in batches]
-        host = torch.from_numpy(np.concatenate([b.reshape(-1) for b in batches]))
+        # one host-to-device copy an epoch (indices and places); each step slices a view of it
+        arrays = [a for batch in batches for a in batch if a is not None]
+        host = torch.from_numpy(np.concatenate([a.reshape(-1) for a in arrays]))
         if self.store.device.type == "cuda":
             host = host.pin_memory()
-        on_device = host.to(self.store.device, non_blocking=True)
-        for batch, index in zip(batches, on_device.split(sizes), strict=True):
+        on_device = iter(host.to(self.store.device, non_blocking=True).split(
+            [a.size for a in arrays]))
+        for batch, first in batches:
+            index = next(on_device).view(batch.shape)
+            placed = None if first is None else (next(on_device).view(batch.shape),
+                                                 *self.sequences)
             length = self.length or self.store.length_for(batch.reshape(-1),
                                                           self.length_multiple)
             rows = self.atom_rows and self.store.rows_for(batch, self.atom_rows, length)
-            yield self.store.batch(index.view(batch.shape), length, rows)
+            yield self.store.batch(index, length, rows, placed)
+
+    def _placed(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """``batch`` in its sequences' order and each graph token's first position.
+
+        ``(batch, None)`` without sequences or where they do not fit
+        (:func:`~graphormer_sepnorm.data.sequences.place`).
+        """
+        placed = self.sequences and attention_sequences.place(self.store.sizes, batch,
+                                                              *self.sequences)
+        return placed or (batch, None)

@@ -29,10 +29,14 @@ from torch_geometric.data import Data
 
 from graphormer_sepnorm.compiling import compiled
 from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator, _as_2d
+from graphormer_sepnorm.data.sequences import sequence_maps, sequence_pairs
 from graphormer_sepnorm.data.transform import add_shortest_paths
 
 #: Graphs walked per collator call while building.
 _CHUNK = 1024
+
+Sequences = tuple[Tensor, int, int]
+"""A batch's attention sequences: each graph token's first position ``[..., B]``, ``S``, ``L``."""
 
 
 def gathers_compiled(device: torch.device) -> bool:
@@ -96,14 +100,17 @@ class GridGraphs:
         tensors = [*self.tensors.values(), *(t for t in (self.y, self.mol_x) if t is not None)]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def batch(self, index: Tensor, length: int, atom_rows: int | None = None) -> GraphormerBatch:
+    def batch(self, index: Tensor, length: int, atom_rows: int | None = None,
+              sequences: Sequences | None = None) -> GraphormerBatch:
         """The graphs ``index`` (``[..., B]`` long, on the device) padded to ``length`` atoms.
 
         Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field.
         ``length`` must be at least the largest atom count among them (see :meth:`length_for`).
         With ``atom_rows`` (at least the batch's atoms, see :meth:`atom_rows_for`) the batch
         also maps its tokens to ``B + atom_rows`` packed rows
-        (:attr:`GraphormerBatch.row_position`).
+        (:attr:`GraphormerBatch.row_position`). With ``sequences`` (and ``atom_rows``) as well,
+        the tokens are also placed in attention sequences, and the pair fields are those of
+        the sequences' position pairs (:mod:`~graphormer_sepnorm.data.sequences`).
         Where :func:`gathers_compiled` says so (on CUDA), the gathers are one compiled function
         (dynamic shapes: compiled once), a handful of kernels instead of about 28 launches.
         """
@@ -114,9 +121,12 @@ class GridGraphs:
             gather = self._compiled_gather
         # the gathers' own outputs (no views of them leave a compiled function: dynamo would
         # fakeify a compiled model's view inputs from their bases' symbolic sizes)
-        x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x, row_position, position_row = \
-            gather(index, length, atom_rows)
+        x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x, row_position, position_row, \
+            row_sequence, sequence_row, sequence_graph = gather(index, length, atom_rows,
+                                                                sequences)
         lead, grid_atoms, spd = index.shape[:-1], node_mask.flatten(-2), spd.flatten(-3)
+        if sequence_graph is not None:  # [..., S, L]: the model reads the sequences' shape
+            sequence_graph = sequence_graph.unflatten(-1, sequences[1:])
         grid_pairs = self._arange(spd.shape[-1], index.device).expand(spd.shape)
         return GraphormerBatch(
             x=x.flatten(-3, -2),
@@ -135,6 +145,9 @@ class GridGraphs:
             layout="replica_grid" if lead else "grid",
             row_position=row_position,
             position_row=position_row,
+            row_sequence=row_sequence,
+            sequence_row=sequence_row,
+            sequence_graph=sequence_graph,
         )
 
     def _arange(self, size: int, device: torch.device) -> Tensor:
@@ -144,17 +157,21 @@ class GridGraphs:
             self._aranges[key] = torch.arange(size, device=device)
         return self._aranges[key]
 
-    def _gather(self, index: Tensor, length: int,
-                atom_rows: int | None = None) -> tuple[Tensor | None, ...]:
+    def _gather(self, index: Tensor, length: int, atom_rows: int | None = None,
+                sequences: Sequences | None = None) -> tuple[Tensor | None, ...]:
         """The batch's fields as ``[..., B, N(, N, S)]`` blocks (see :meth:`batch`)."""
         t, k = self.tensors, self.multi_hop_max_dist
         n = t["num_nodes"][index].unsqueeze(-1)  # [..., B, 1]
         pos = torch.arange(length, device=index.device)
         node_mask = pos < n  # [..., B, N]
         atom = torch.where(node_mask, t["node_ptr"][index].unsqueeze(-1) + pos, 0)
-        pair_mask = node_mask.unsqueeze(-1) & node_mask.unsqueeze(-2)  # [..., B, N, N]
-        first_pair = t["pair_ptr"][index][..., None, None]  # [..., B, 1, 1]
-        pair = torch.where(pair_mask, first_pair + pos.unsqueeze(-1) * n.unsqueeze(-1) + pos, 0)
+        if sequences is None:
+            pair_mask = node_mask.unsqueeze(-1) & node_mask.unsqueeze(-2)  # [..., B, N, N]
+            first_pair = t["pair_ptr"][index][..., None, None]  # [..., B, 1, 1]
+            pair = torch.where(pair_mask, first_pair + pos.unsqueeze(-1) * n.unsqueeze(-1) + pos,
+                               0)
+        else:  # [..., S, L, L]: the sequences' position pairs
+            pair, pair_mask = sequence_pairs(t, index, n.squeeze(-1), *sequences)
         # pair fields in the store's small integer types (the model widens them where it
         # indexes): [P, S] long hop lists were the step's largest inputs
         spd = torch.where(pair_mask, t["spd"][pair], 0)  # [..., B, N, N]
@@ -162,9 +179,11 @@ class GridGraphs:
                              dtype=torch.uint8 if k < 256 else torch.long)
         hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)
         rows = (None, None) if atom_rows is None else row_maps(n.squeeze(-1), length, atom_rows)
+        placed = (None,) * 3 if sequences is None or atom_rows is None else \
+            sequence_maps(n.squeeze(-1), *sequences, atom_rows)
         return (t["x"][atom].long(), t["degree"][atom].long(), node_mask, spd, hop_index,
                 t["path"][pair], None if self.y is None else self.y[index],
-                None if self.mol_x is None else self.mol_x[index], *rows)
+                None if self.mol_x is None else self.mol_x[index], *rows, *placed)
 
     def atom_rows_for(self, batch_size: int, sigmas: float = 6.0, multiple: int = 64) -> int:
         """The atom rows of a random batch of ``batch_size`` graphs: one count for a whole fit.

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler, add_shortest_paths
+from graphormer_sepnorm.data import sequences as attention_sequences
 from graphormer_sepnorm.data.device_batches import DeviceBatches
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.data.resumable import ResumableBatchSampler, ResumableLoader, batches_done
@@ -21,7 +22,7 @@ SPLITS = ("train", "val", "test")
 TrainBatches = Literal["random", "size_grouped"]
 Engine = Literal["loader", "device"]
 TrainLength = Literal["bucketed", "longest"]
-TrainTokens = Literal["grid", "rows"]
+TrainTokens = Literal["grid", "rows", "sequences"]
 #: Batches per size-sorted pool when training batches are size-grouped (an opt-in).
 SIZE_GROUPED_POOL = 50
 
@@ -161,7 +162,10 @@ class GraphDataModule(LightningDataModule):
             real tokens, a fixed count per fit (:meth:`GridGraphs.atom_rows_for
             <graphormer_sepnorm.data.grid.GridGraphs.atom_rows_for>`), on which the model does
             its token-wise work (:mod:`~graphormer_sepnorm.nn.token_rows`): the same function
-            with less padding to compute.
+            with less padding to compute. ``'sequences'``: rows, and attention in sequences of
+            several molecules each, apart by a block-diagonal bias
+            (:mod:`~graphormer_sepnorm.data.sequences`), not on the padded grid: MolHIV's
+            training batches pad to 224 atoms for molecules of 25.
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
@@ -182,8 +186,9 @@ class GraphDataModule(LightningDataModule):
         if train_length not in ("bucketed", "longest"):
             raise ValueError(f"train_length must be 'bucketed' or 'longest', not "
                              f"{train_length!r}")
-        if train_tokens not in ("grid", "rows"):
-            raise ValueError(f"train_tokens must be 'grid' or 'rows', not {train_tokens!r}")
+        if train_tokens not in ("grid", "rows", "sequences"):
+            raise ValueError(f"train_tokens must be 'grid', 'rows' or 'sequences', not "
+                             f"{train_tokens!r}")
         self.train_length, self.train_tokens = train_length, train_tokens
         self.train_batches = train_batches
         self.engine = engine
@@ -276,9 +281,11 @@ class GraphDataModule(LightningDataModule):
         length = int(store.lengths()[-1]) if pad and self.train_length == "longest" else None
         # GRAPHORMER_SEPNORM_TOKEN_ROWS=0 (a lease's fallback): not even the maps are gathered
         rows = store.atom_rows_for(self.batch_size) \
-            if pad and self.train_tokens == "rows" and token_rows.ENABLED else None
+            if pad and self.train_tokens != "grid" and token_rows.ENABLED else None
+        placed = attention_sequences.shape_for(store.sizes, self.batch_size) \
+            if rows and self.train_tokens == "sequences" else None
         return DeviceBatches(store, samplers, stack=packed, done=self._batches_done,
-                             length=length, atom_rows=rows)
+                             length=length, atom_rows=rows, sequences=placed)
 
     def train_dataloader(self) -> DataLoader | DeviceBatches:
         """Training batches: uniform random samples (or size-grouped, see ``train_batches``)."""

@@ -135,6 +135,8 @@ class Graphormer(WorkaroundCompile, nn.Module):
                 return tokens, []
         if not need_weights and token_rows.applies(self, batch):
             return token_rows.encode(self, batch, graph_token_only), []
+        if batch.sequence_graph is not None:  # its pair fields are the sequences', not the grid's
+            raise ValueError("attention sequences need token rows (see token_rows.applies)")
         x = in_activation_dtype(self.input_dropout(self.embed_tokens(batch)))
         bias = self.attention_bias(batch).to(x.dtype)
         node_mask, weights = batch.node_mask, []

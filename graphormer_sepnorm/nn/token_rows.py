@@ -14,6 +14,10 @@ padded grid positions read some other row, a finite token that the bias masks as
 padded queries and padding rows reach no real token, so their gradients are exactly zero.
 Dropout draws differ (other shapes).
 
+Batches may also place the tokens in attention sequences, several molecules to a sequence
+(:mod:`~graphormer_sepnorm.data.sequences`): ``q, k, v`` are then gathered into ``[S, L]``
+instead of the grid, with a block-diagonal bias; the rest is the same.
+
 The atom norms must be per token (``tok_norm`` ``'layer'`` or ``'none'``): padding rows would
 enter a BatchNorm over atoms (:func:`applies`). The CPU backend does the same with size groups
 (:mod:`~graphormer_sepnorm.nn.cpu.encoder`); this module is for grid batches, whose shapes stay
@@ -30,6 +34,7 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
+from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 from graphormer_sepnorm.nn.layer import GraphormerLayer
 from graphormer_sepnorm.nn.precision import in_activation_dtype
 from graphormer_sepnorm.nn.sepnorm import SepNorm, ShareNorm
@@ -65,7 +70,9 @@ def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) ->
     """
     b, n = batch.node_mask.shape
     x = in_activation_dtype(model.input_dropout(embed_rows(model, batch)))
-    bias = model.attention_bias(batch).to(x.dtype)
+    bias = model.attention_bias(batch) if batch.sequence_graph is None else \
+        sequence_bias(model.attention_bias, batch)
+    bias = bias.to(x.dtype)
     for index, layer in enumerate(model.layers):
         last = graph_token_only and index == len(model.layers) - 1
         x = layer_rows(layer, x, bias, batch, last)
@@ -73,6 +80,25 @@ def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) ->
     if graph_token_only:
         return x[:b, None]
     return x.index_select(0, batch.position_row).view(b, 1 + n, -1)
+
+
+def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch) -> Tensor:
+    """The bias of attention sequences ``[S, H, L, L]``: block-diagonal, one block a graph.
+
+    Within a graph as on the grid (:class:`~graphormer_sepnorm.nn.bias_encoders.AttentionBias`:
+    a pair of atoms its pair bias, a pair with the graph token the virtual distance); ``-inf``
+    between graphs. Padding positions share graph ``-1``, so each sees some finite key and
+    softmax never yields NaN.
+    """
+    pair = encoders.pair_bias(batch)  # [S * L * L, H]: the sequences' position pairs
+    graph = batch.sequence_graph  # [S, L]
+    count, length = graph.shape
+    token = (batch.sequence_row < batch.node_mask.shape[0]).view(count, 1, 1, length)
+    same = (graph.unsqueeze(-1) == graph.unsqueeze(-2)).unsqueeze(1)
+    virtual = encoders.virtual_distance.view(1, -1, 1, 1).to(pair.dtype)
+    pair = pair.view(count, length, length, -1).permute(0, 3, 1, 2)
+    within = torch.where(token | token.transpose(-1, -2), virtual, pair)
+    return within.masked_fill(~same, float("-inf"))
 
 
 def embed_rows(model: Graphormer, batch: GraphormerBatch) -> Tensor:
@@ -106,10 +132,19 @@ def attend_rows(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
 
     The projected ``q, k, v`` are gathered into the grid ``[B, 1 + N, 3 * D]``, attended there
     with ``bias`` ``[B, H, 1 + N, 1 + N]``, and the output gathered back into rows before the
-    output projection. With ``graph_token_only`` only the graph tokens attend: ``[B, D]``.
+    output projection; with sequences (:attr:`GraphormerBatch.sequence_graph`) the same in the
+    ``[S, L]`` sequences, with their bias ``[S, H, L, L]``. With ``graph_token_only`` only the
+    graph tokens' outputs are made: ``[B, D]``.
     """
     b, n = batch.node_mask.shape
-    qkv = attention.qkv(x).index_select(0, batch.position_row).view(b, 1 + n, -1)
+    qkv = attention.qkv(x)
+    if batch.sequence_graph is not None:
+        # graph tokens sit anywhere in the sequences: every position attends
+        qkv = qkv.index_select(0, batch.sequence_row).view(*batch.sequence_graph.shape, -1)
+        rows, _ = attention.attend(qkv, bias)
+        back = batch.row_sequence[:b] if graph_token_only else batch.row_sequence
+        return attention.out(rows.index_select(0, back))
+    qkv = qkv.index_select(0, batch.position_row).view(b, 1 + n, -1)
     rows, _ = attention.attend(qkv, bias, queries=1 if graph_token_only else None)
     if not graph_token_only:
         rows = rows.index_select(0, batch.row_position)

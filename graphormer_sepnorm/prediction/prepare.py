@@ -133,7 +133,8 @@ def pack_batch(batch: GraphormerBatch) -> PackedBatch:
     the same in about a sixth of the bytes (ZINC).
     """
     arrays = {f.name: getattr(batch, f.name) for f in fields(batch)
-              if f.name not in ("hop_counts", "layout", "row_position", "position_row")}
+              if f.name not in ("hop_counts", "layout", "row_position", "position_row",
+                                "row_sequence", "sequence_row", "sequence_graph")}
     # always collated: no layout, no token rows
     blocks = batch.hop_counts
     if blocks:

@@ -102,7 +102,7 @@ def test_compiled_equals_eager():
     assert_close_all(forward_backward(eager, batch), forward_backward(compiled, batch), 1e-4)
 
 
-@pytest.mark.parametrize("train_tokens", ["grid", "rows"])
+@pytest.mark.parametrize("train_tokens", ["grid", "rows", "sequences"])
 def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path, train_tokens):
     from lightning.pytorch import Trainer
 
@@ -176,19 +176,28 @@ def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
                                        msg=name)
 
 
-def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly():
-    """The preset's training path: packed replicas under ``vmap``, compiled, on token rows,
-    against the same replicas eagerly on the grid (float32: outputs, the flat gradient and the
-    BatchNorm statistics)."""
+@pytest.mark.parametrize("tokens", ["rows", "sequences"])
+def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly(tokens):
+    """The preset's training path: packed replicas under ``vmap``, compiled, on token rows
+    (and in attention sequences), against the same replicas eagerly on the grid (float32:
+    outputs, the flat gradient and the BatchNorm statistics)."""
+    import numpy as np
+
     from graphormer_sepnorm.compiling import compiled
+    from graphormer_sepnorm.data import sequences
     from graphormer_sepnorm.training.packed import PackedReplicas
 
     data = graphs()
     store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
-    index = torch.tensor([[0, 1, 2, 3, 4], [8, 7, 6, 5, 4]], device=DEVICE)
+    index = np.array([[0, 1, 2, 3, 4], [8, 7, 6, 5, 4]])
     # the first replica's 3 + 30 + 5 + 22 + 8 atoms fit 80 rows; 48 would take the grid's
-    assert store.rows_for(index.cpu().numpy(), 80, 32) == 80
-    assert store.rows_for(index.cpu().numpy(), 48, 32) == 5 * 32
+    assert store.rows_for(index, 80, 32) == 80
+    assert store.rows_for(index, 48, 32) == 5 * 32
+    placed = None
+    if tokens == "sequences":  # 3 sequences of 32 a replica, not the grid's 5 of 33
+        index, first = sequences.place(store.sizes, index, 3, 32)
+        placed = (torch.from_numpy(first).to(DEVICE), 3, 32)
+    index = torch.from_numpy(index).to(DEVICE)
     results = []
     for atom_rows, compile_it in ((None, False), (80, True)):
         second = model()
@@ -197,7 +206,7 @@ def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly():
                 parameter.add_(0.1 * torch.randn_like(parameter))
         packed = PackedReplicas([model(), second]).train()
         forward = compiled(packed) if compile_it else packed
-        out = forward(store.batch(index, 32, atom_rows))
+        out = forward(store.batch(index, 32, atom_rows, atom_rows and placed))
         out.pow(2).sum().backward()
         statistics = torch.cat([packed.stacked_buffer(n).flatten() for n in packed.buffer_names
                                 if "running" in n])

@@ -15,6 +15,7 @@ from data.test_grid import mixed_graphs
 from graphs import random_graph
 from nn.test_backends import assert_same, model_pair, run
 
+from graphormer_sepnorm.data import sequences
 from graphormer_sepnorm.data.grid import GridGraphs, row_maps
 from graphormer_sepnorm.nn import token_rows as rows_module
 from graphormer_sepnorm.training.packed import PackedReplicas
@@ -115,3 +116,52 @@ def test_atom_rows_cover_random_batches() -> None:
     assert store.rows_for(largest[None, :8], atom_rows, 40) == atom_rows
     # never more rows than the grid has atom positions
     assert GridGraphs(graphs[:3], multi_hop_max_dist=3).atom_rows_for(2) <= 2 * 39
+
+
+def sequence_batches(store: GridGraphs, index: np.ndarray, atom_rows: int):
+    """A grid batch and a sequences batch of the same graphs, in the packing's order."""
+    count, length = sequences.shape_for(store.sizes, index.shape[-1])
+    order, first = map(torch.from_numpy, sequences.place(store.sizes, index, count, length))
+    return (store.batch(order, 32),
+            store.batch(order, 32, atom_rows, sequences=(first, count, length)))
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("options", [dict(), dict(edge_encoding="simple"), dict(sepnorm=False),
+                                     dict(cls_norm="layer")])
+def test_sequences_compute_what_the_grid_does(train, options) -> None:
+    grid_model, _ = model_pair(torch.float64, multi_hop_max_dist=5, **options)
+    sequence_model = copy.deepcopy(grid_model)
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    grid, placed = sequence_batches(store, np.arange(len(store)), int(store.sizes.sum()) + 7)
+    assert placed.sequence_graph.shape[0] < len(store)  # several graphs to a sequence
+    for graph_token_only in (False, True):
+        expected = run(grid_model, grid, train, graph_token_only)
+        got = run(sequence_model, placed, train, graph_token_only)
+        assert_same(expected, got, 1e-10)
+
+
+def test_sequences_need_token_rows() -> None:
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5, cls_norm="layer",
+                          tok_norm="batch")
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    _, placed = sequence_batches(store, np.arange(4), 80)
+    with pytest.raises(ValueError, match="attention sequences"):
+        model(placed)
+
+
+def test_packed_replicas_on_sequences_compute_what_they_do_on_the_grid() -> None:
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5)
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    outputs, grads = [], []
+    for batch in sequence_batches(store, np.array([[0, 1, 2, 3, 4], [9, 8, 7, 6, 5]]), 80):
+        packed = PackedReplicas([copy.deepcopy(model), copy.deepcopy(model)]).train()
+        out = packed(batch)
+        out.pow(2).sum().backward()
+        outputs.append(out.detach())
+        grads.append(packed.flat.grad.clone())
+        grads.append(torch.cat([packed.stacked_buffer(n).flatten() for n in packed.buffer_names
+                                if "running" in n]))
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(grads[0], grads[2], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(grads[1], grads[3], rtol=1e-10, atol=1e-10)

@@ -1,0 +1,152 @@
+"""Attention sequences: several molecules packed into each, a fixed ``[S, L]`` shape per fit.
+
+A grid batch attends over ``[B, 1 + N]``, every molecule padded to the batch's (or the split's)
+longest, and its attention bias ``[B, H, 1 + N, 1 + N]`` is read and differentiated by every
+layer. MolHIV's training batches of 128 pad to 224 atoms for molecules of 25 on average, so
+nearly all of that bias is padding. Here each molecule's tokens (graph token, then atoms) sit
+contiguously in one of ``S`` sequences of ``L`` positions, and a block-diagonal bias keeps the
+molecules apart (``-inf`` between them): the same attention, on about a seventh of MolHIV's
+positions and bias, and on 0.73 of ZINC-subset's (`gpu_roofline.py`, ``train_tokens:
+sequences``).
+
+The host chooses each batch's packing (:func:`pack`: longest-first into the least filled
+sequence, about 0.1 ms for 256 molecules) and orders the batch's molecules by where they sit,
+so each molecule's graph token position is increasing along the batch; the device works out
+every map from those positions (:func:`sequence_maps`), with no count read back.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import torch
+from torch import Tensor
+
+#: Positions per sequence are a multiple of it: the fused attention kernel's bias alignment.
+ALIGNMENT = 16
+
+
+def shape_for(sizes: np.ndarray, batch_size: int, draws: int = 1000,
+              seed: int = 0) -> tuple[int, int]:
+    """``(S, L)`` for random batches of ``batch_size`` graphs of atom counts ``sizes``.
+
+    ``L`` holds the largest molecule's tokens (rounded up to :data:`ALIGNMENT`); ``S`` is the
+    fewest sequences into which :func:`pack` fits ``draws`` random batches, plus 5% (and at
+    least one) for the batches it did not see. A batch that still does not fit falls back to
+    plain token rows, a second shape (:class:`.DeviceBatches`).
+    """
+    length = -(-(int(sizes.max(initial=1)) + 1) // ALIGNMENT) * ALIGNMENT
+    gen = np.random.default_rng(seed)
+    batch_size = min(batch_size, len(sizes))
+    count = 1
+    for _ in range(draws):  # the count only grows: about one packing a draw
+        tokens = sizes[gen.choice(len(sizes), batch_size, replace=False)] + 1
+        count = max(count, -(-int(tokens.sum()) // length))
+        while _least_filled(tokens, count)[1] > length:
+            count += 1
+    return min(count + max(1, -(-count // 20)), batch_size), length
+
+
+def pack(tokens: np.ndarray, count: int, length: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Places molecules of ``tokens`` ``[B]`` tokens each into ``count`` sequences of ``length``.
+
+    Returns the batch's order (a permutation of ``B``) and, in that order, each molecule's
+    first position in the flattened ``[count, length]`` sequences (increasing); ``None`` where
+    they do not fit.
+    """
+    sequence, fullest = _least_filled(tokens, count)
+    if fullest > length:
+        return None
+    order = np.lexsort((np.arange(len(tokens)), sequence))
+    ordered = tokens[order]
+    ends = np.cumsum(ordered)
+    firsts = np.searchsorted(sequence[order], np.arange(count))  # each sequence's first molecule
+    offset_base = np.concatenate([[0], ends])[firsts]
+    within = ends - ordered - offset_base[sequence[order]]
+    return order, sequence[order] * length + within
+
+
+def place(sizes: np.ndarray, batch: np.ndarray, count: int,
+          length: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`pack` for each batch of ``batch`` ``[..., B]`` (graphs of atom counts ``sizes``).
+
+    Returns the batches in their sequences' order and each graph token's first position, both
+    ``[..., B]``; ``None`` where one of them does not fit.
+    """
+    rows = batch.reshape(-1, batch.shape[-1])
+    placed = [pack(sizes[row] + 1, count, length) for row in rows]
+    if any(p is None for p in placed):
+        return None
+    order = np.stack([row[p[0]] for row, p in zip(rows, placed, strict=True)])
+    return order.reshape(batch.shape), np.stack([p[1] for p in placed]).reshape(batch.shape)
+
+
+def _least_filled(tokens: np.ndarray, count: int) -> tuple[np.ndarray, int]:
+    """Longest first, each into the least filled of ``count`` sequences: (sequence, fullest)."""
+    fill = [(0, s) for s in range(count)]
+    sequence = np.zeros(len(tokens), dtype=np.int64)
+    fullest = 0
+    for i in np.argsort(-tokens, kind="stable").tolist():
+        used, s = heapq.heappop(fill)
+        used += int(tokens[i])
+        sequence[i], fullest = s, max(fullest, used)
+        heapq.heappush(fill, (used, s))
+    return sequence, fullest
+
+
+def sequence_maps(num_nodes: Tensor, first: Tensor, count: int, length: int,
+                  atom_rows: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The sequence maps of graphs of ``num_nodes`` ``[..., B]`` atoms starting at ``first``.
+
+    ``first`` ``[..., B]`` (increasing) is each graph token's position in the flattened
+    ``[count, length]`` sequences, its atoms right after it. Rows are those of
+    :func:`~graphormer_sepnorm.data.grid.row_maps` (``B`` graph tokens, then the atoms in
+    graph order, then padding). Returns ``row_sequence`` ``[..., B + atom_rows]``,
+    ``sequence_row`` and ``sequence_graph`` ``[..., count * length]``
+    (:class:`~graphormer_sepnorm.data.collate.GraphormerBatch` says what they hold).
+    """
+    b, device = num_nodes.shape[-1], num_nodes.device
+    rows, positions = b + atom_rows, count * length
+    end = torch.cumsum(num_nodes, -1)
+    start = end - num_nodes  # each graph's first atom row, less B
+    atom = torch.arange(atom_rows, device=device).expand(*num_nodes.shape[:-1], atom_rows)
+    owner = torch.searchsorted(end, atom.contiguous(), right=True).clamp(max=b - 1)
+    # padding rows and positions point anywhere, spread out (see row_maps)
+    atom_sequence = torch.where(atom < end[..., -1:],
+                                first.gather(-1, owner) + 1 + atom - start.gather(-1, owner),
+                                (b + atom) % positions)
+    graph, local, covered = positions_of(num_nodes, first, count * length)
+    row = torch.where(local == 0, graph, b + start.gather(-1, graph) + local - 1)
+    position = torch.arange(positions, device=device)
+    sequence_row = torch.where(covered, row, position % rows)
+    return (torch.cat([first, atom_sequence], -1), sequence_row,
+            torch.where(covered, graph, -1))
+
+
+def positions_of(num_nodes: Tensor, first: Tensor, positions: int) -> tuple[Tensor, ...]:
+    """Each sequence position's graph, token (0: graph token, ``i``: atom ``i - 1``), realness.
+
+    ``[..., positions]`` each; a padding position's graph and token are any in range.
+    """
+    position = torch.arange(positions, device=first.device).expand(*first.shape[:-1], positions)
+    graph = (torch.searchsorted(first, position.contiguous(), right=True) - 1).clamp(min=0)
+    local = position - first.gather(-1, graph)
+    return graph, local, (local >= 0) & (local <= num_nodes.gather(-1, graph))
+
+
+def sequence_pairs(store: dict[str, Tensor], index: Tensor, num_nodes: Tensor, first: Tensor,
+                   count: int, length: int) -> tuple[Tensor, Tensor]:
+    """Each position pair's store pair and realness, ``[..., count, length, length]``.
+
+    A pair is real where both positions are atoms of one graph; elsewhere its store pair is 0.
+    """
+    graph, local, covered = (t.view(*t.shape[:-1], count, length)
+                             for t in positions_of(num_nodes, first, count * length))
+    atom = covered & (local > 0)
+    same = graph.unsqueeze(-1) == graph.unsqueeze(-2)
+    real = same & atom.unsqueeze(-1) & atom.unsqueeze(-2)
+    n = num_nodes.gather(-1, graph.flatten(-2)).view(graph.shape)
+    first_pair = store["pair_ptr"][index].gather(-1, graph.flatten(-2)).view(graph.shape)
+    row = (first_pair + (local - 1) * n).unsqueeze(-1)
+    return torch.where(real, row + (local - 1).unsqueeze(-2), 0), real
