@@ -14,7 +14,7 @@ from graphs import random_graph
 from nn.test_backends import NO_DROPOUT, assert_same, model_pair, run, single_atom
 
 from graphormer_sepnorm.compiling import compile_kwargs
-from graphormer_sepnorm.data import GraphormerCollator
+from graphormer_sepnorm.data import GraphormerCollator, sequences
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.nn import set_backend
 
@@ -212,12 +212,15 @@ def test_compiled_gather_gives_the_eager_batch(monkeypatch) -> None:
     monkeypatch.setattr(grid, "gathers_compiled", lambda device: True)
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or real_compile(
         fn, backend="aot_eager", **kw))
-    cases = ((torch.tensor([0, 3, 9]), 32), (torch.tensor([[1, 2], [8, 0]]), 40))
-    compiled = [store.batch(index, length) for index, length in cases]
+    order, first = sequences.place(store.sizes, np.array([[1, 2, 3, 5], [8, 0, 4, 9]]), 3, 32)
+    cases = ((torch.tensor([0, 3, 9]), 32), (torch.tensor([[1, 2], [8, 0]]), 40),
+             (torch.from_numpy(order), 32, 80), (torch.from_numpy(order), 32, 80,
+                                                  (torch.from_numpy(first), 3, 32)))
+    compiled = [store.batch(*case) for case in cases]
     assert calls == [compile_kwargs(dynamic=True)]  # compiled once, for every shape
     monkeypatch.setattr(grid, "gathers_compiled", lambda device: False)
-    for got, (index, length) in zip(compiled, cases, strict=True):
-        expected = store.batch(index, length)
+    for got, case in zip(compiled, cases, strict=True):
+        expected = store.batch(*case)
         for name, value in vars(expected).items():
             if isinstance(value, torch.Tensor):
                 assert torch.equal(getattr(got, name), value), name
