@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
-from graphormer_sepnorm.nn.bias_encoders import AttentionBias
+from graphormer_sepnorm.nn.bias_encoders import AttentionBias, padded_keys
 from graphormer_sepnorm.nn.layer import GraphormerLayer
 from graphormer_sepnorm.nn.precision import in_activation_dtype
 from graphormer_sepnorm.nn.sepnorm import SepNorm, ShareNorm
@@ -75,6 +75,9 @@ def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) ->
     bias = bias.to(x.dtype)
     for index, layer in enumerate(model.layers):
         last = graph_token_only and index == len(model.layers) - 1
+        if last and batch.sequence_graph is not None:
+            # only the graph tokens attend: on the grid, whose graph-token rows need no pairs
+            bias = graph_token_bias(model.attention_bias, batch).to(x.dtype)
         x = layer_rows(layer, x, bias, batch, last)
     x = normalize_rows(model.final_norm, x, b)
     if graph_token_only:
@@ -99,6 +102,17 @@ def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch) -> Tensor:
     pair = pair.view(count, length, length, -1).permute(0, 3, 1, 2)
     within = torch.where(token | token.transpose(-1, -2), virtual, pair)
     return within.masked_fill(~same, float("-inf"))
+
+
+def graph_token_bias(encoders: AttentionBias, batch: GraphormerBatch) -> Tensor:
+    """The graph tokens' rows of the grid's bias, ``[B, H, 1, 1 + N]``.
+
+    The virtual distance to every real token of the graph, ``-inf`` to padded ones: what
+    :class:`~graphormer_sepnorm.nn.bias_encoders.AttentionBias` puts in row 0.
+    """
+    virtual = encoders.virtual_distance
+    keys = padded_keys(batch.node_mask, virtual.dtype)
+    return keys[:, None, None, :] + virtual.view(1, -1, 1, 1)
 
 
 def embed_rows(model: Graphormer, batch: GraphormerBatch) -> Tensor:
@@ -134,16 +148,15 @@ def attend_rows(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
     with ``bias`` ``[B, H, 1 + N, 1 + N]``, and the output gathered back into rows before the
     output projection; with sequences (:attr:`GraphormerBatch.sequence_graph`) the same in the
     ``[S, L]`` sequences, with their bias ``[S, H, L, L]``. With ``graph_token_only`` only the
-    graph tokens' outputs are made: ``[B, D]``.
+    graph tokens attend, on the grid (``bias`` their rows, ``[B, H, 1, 1 + N]`` at least):
+    ``[B, D]``.
     """
     b, n = batch.node_mask.shape
     qkv = attention.qkv(x)
-    if batch.sequence_graph is not None:
-        # graph tokens sit anywhere in the sequences: every position attends
+    if batch.sequence_graph is not None and not graph_token_only:
         qkv = qkv.index_select(0, batch.sequence_row).view(*batch.sequence_graph.shape, -1)
         rows, _ = attention.attend(qkv, bias)
-        back = batch.row_sequence[:b] if graph_token_only else batch.row_sequence
-        return attention.out(rows.index_select(0, back))
+        return attention.out(rows.index_select(0, batch.row_sequence))
     qkv = qkv.index_select(0, batch.position_row).view(b, 1 + n, -1)
     rows, _ = attention.attend(qkv, bias, queries=1 if graph_token_only else None)
     if not graph_token_only:
