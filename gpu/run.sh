@@ -120,7 +120,8 @@ fi
 campaign() {  # the campaign within $1 seconds; further arguments are appended to its own
     local seconds=$1
     shift
-    say "campaign with ${seconds}s, CUDA attention ${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-efficient}"
+    say "campaign with ${seconds}s, CUDA attention ${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-efficient}," \
+        "token rows ${GRAPHORMER_SEPNORM_TOKEN_ROWS:-1}, sequences ${GRAPHORMER_SEPNORM_SEQUENCES:-1}"
     # shellcheck disable=SC2086
     TORCH_LOGS="${CAMPAIGN_LOGS-recompiles,cudagraphs}" \
     timeout -k 10 $(( seconds > 0 ? seconds + 15 : 15 )) "$PY" -m graphormer_sepnorm.campaign \

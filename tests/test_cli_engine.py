@@ -188,6 +188,22 @@ def test_a_compiled_packed_fit_compiles_its_step_once_and_evaluates_eagerly(tmp_
 
 
 
+def test_sequences_turned_off_leave_plain_rows(tmp_path, monkeypatch):
+    """``GRAPHORMER_SEPNORM_SEQUENCES=0``: the preset's batches keep their token rows, with
+    attention on the grid."""
+    env = {**os.environ, "GRAPHORMER_SEPNORM_SEQUENCES": "0"}
+    read = subprocess.run([sys.executable, "-c", "from graphormer_sepnorm.data import sequences;"
+                           "print(sequences.ENABLED)"], env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert read.stdout.strip() == "False" and attention_sequences.ENABLED
+    monkeypatch.setattr(attention_sequences, "ENABLED", False)
+    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
+                "--model.seeds", "[3, 5]", "--trainer.fast_dev_run", "true"])
+    assert cli.trainer.state.finished
+    assert all(b.row_position is not None and b.sequence_graph is None
+               for b in cli.datamodule.train_dataloader())
+
+
 def test_token_rows_turned_off_gather_no_maps(tmp_path, monkeypatch):
     """``GRAPHORMER_SEPNORM_TOKEN_ROWS=0`` (gpu/run.sh's fallback) turns ``ENABLED`` off: the
     preset's fit trains on the grid, and its batches carry no row maps (their gather could be

@@ -17,6 +17,7 @@ every map from those positions (:func:`sequence_maps`), with no count read back.
 from __future__ import annotations
 
 import heapq
+import os
 
 import numpy as np
 import torch
@@ -24,6 +25,11 @@ from torch import Tensor
 
 #: Positions per sequence are a multiple of it: the fused attention kernel's bias alignment.
 ALIGNMENT = 16
+#: Whether ``train_tokens: sequences`` places batches in sequences, from
+#: ``GRAPHORMER_SEPNORM_SEQUENCES`` when the package is imported (``0``: plain token rows, the
+#: same function). Written 2026-11-28, not yet run on a GPU: a lease can turn them off alone
+#: (``GRAPHORMER_SEPNORM_TOKEN_ROWS=0`` turns off rows and sequences).
+ENABLED = os.environ.get("GRAPHORMER_SEPNORM_SEQUENCES", "1") != "0"
 
 
 def shape_for(sizes: np.ndarray, batch_size: int, sigmas: float = 8.0, draws: int = 1000,

@@ -283,7 +283,7 @@ class GraphDataModule(LightningDataModule):
         rows = store.atom_rows_for(self.batch_size) \
             if pad and self.train_tokens != "grid" and token_rows.ENABLED else None
         placed = attention_sequences.shape_for(store.sizes, self.batch_size) \
-            if rows and self.train_tokens == "sequences" else None
+            if rows and self.train_tokens == "sequences" and attention_sequences.ENABLED else None
         return DeviceBatches(store, samplers, stack=packed, done=self._batches_done,
                              length=length, atom_rows=rows, sequences=placed)
 

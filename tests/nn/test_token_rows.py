@@ -4,6 +4,8 @@ The contract: from a grid batch with token rows the model computes what it compu
 same grid batch without them, in float64 (outputs, real tokens, every gradient, BatchNorm
 statistics), for both edge encodings and both norms, training and evaluation, the whole encoder
 and the graph token only, one model and packed replicas; the row maps are checked by hand.
+The same for attention sequences (several graphs to a sequence, a block-diagonal bias), against
+a grid batch of the graphs in their sequences' order.
 """
 
 import copy
