@@ -50,13 +50,15 @@ def test_sequence_batches_place_each_pair() -> None:
     assert torch.equal(graph_of_row, batch.row_position[:real] // 33)
     # each real pair has the grid's distance and hops; every other pair is distance 0
     spd = batch.pair_spd.view(count, length, length)
+    hops = batch.hop_edge.view(count, length, length, -1)
     seq_of, at = batch.row_sequence[:real] // length, batch.row_sequence[:real] % length
-    grid_spd = grid.pair_spd.view(b, 32, 32)
+    grid_spd, grid_hops = grid.pair_spd.view(b, 32, 32), grid.hop_edge.view(b, 32, 32, -1)
     for r in range(b, real, 3):  # atoms
         g, i = divmod(int(batch.row_position[r]), 33)
-        same = (batch.sequence_graph[seq_of[r]] == g).nonzero().squeeze(1)
-        expected = torch.cat([torch.zeros(1, dtype=spd.dtype), grid_spd[g, i - 1, :len(same) - 1]])
-        assert torch.equal(spd[seq_of[r], at[r], same], expected)
+        atoms = (batch.sequence_graph[seq_of[r]] == g).nonzero().squeeze(1)[1:]  # not its token
+        assert torch.equal(spd[seq_of[r], at[r], atoms], grid_spd[g, i - 1, :len(atoms)])
+        assert torch.equal(hops[seq_of[r], at[r], atoms], grid_hops[g, i - 1, :len(atoms)])
+        assert spd[seq_of[r], at[r], atoms[0] - 1] == 0  # the graph token's pair
     assert int((spd != 0).sum()) == int((grid_spd != 0).sum())
 
 
