@@ -188,36 +188,23 @@ def test_a_compiled_packed_fit_compiles_its_step_once_and_evaluates_eagerly(tmp_
 
 
 
-def test_sequences_turned_off_leave_plain_rows(tmp_path, monkeypatch):
-    """``GRAPHORMER_SEPNORM_SEQUENCES=0``: the preset's batches keep their token rows, with
-    attention on the grid."""
-    env = {**os.environ, "GRAPHORMER_SEPNORM_SEQUENCES": "0"}
-    read = subprocess.run([sys.executable, "-c", "from graphormer_sepnorm.data import sequences;"
-                           "print(sequences.ENABLED)"], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)
-    assert read.stdout.strip() == "False" and attention_sequences.ENABLED
-    monkeypatch.setattr(attention_sequences, "ENABLED", False)
-    cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
-                "--model.seeds", "[3, 5]", "--trainer.fast_dev_run", "true"])
-    assert cli.trainer.state.finished
-    assert all(b.row_position is not None and b.sequence_graph is None
-               for b in cli.datamodule.train_dataloader())
-
-
-def test_token_rows_turned_off_gather_no_maps(tmp_path, monkeypatch):
-    """``GRAPHORMER_SEPNORM_TOKEN_ROWS=0`` (gpu/run.sh's fallback) turns ``ENABLED`` off: the
-    preset's fit trains on the grid, and its batches carry no row maps (their gather could be
-    what failed)."""
+@pytest.mark.parametrize("switch", ["GRAPHORMER_SEPNORM_TOKEN_ROWS",
+                                    "GRAPHORMER_SEPNORM_SEQUENCES"])
+def test_switches_turn_rows_or_sequences_off(tmp_path, monkeypatch, switch):
+    """``GRAPHORMER_SEPNORM_TOKEN_ROWS=0`` (gpu/run.sh's fallback) turns rows and sequences off:
+    the preset's fit trains on the grid, and its batches carry no maps (their gather could be
+    what failed). ``GRAPHORMER_SEPNORM_SEQUENCES=0`` turns off the sequences alone."""
     from graphormer_sepnorm.nn import token_rows
 
-    env = {**os.environ, "GRAPHORMER_SEPNORM_TOKEN_ROWS": "0"}
-    read = subprocess.run([sys.executable, "-c", "from graphormer_sepnorm.nn import token_rows;"
-                           "print(token_rows.ENABLED)"], env=env, capture_output=True,
-                          text=True, timeout=120, check=True)
-    assert read.stdout.strip() == "False" and token_rows.ENABLED
-    monkeypatch.setattr(token_rows, "ENABLED", False)
+    sequences_only = switch == "GRAPHORMER_SEPNORM_SEQUENCES"
+    module = attention_sequences if sequences_only else token_rows
+    read = subprocess.run([sys.executable, "-c", f"import {module.__name__} as m;"
+                           "print(m.ENABLED)"], env={**os.environ, switch: "0"},
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert read.stdout.strip() == "False" and module.ENABLED
+    monkeypatch.setattr(module, "ENABLED", False)
     cli = main(["fit", *common(tmp_path, "zinc_subset.yaml", "--config", PRESET),
                 "--model.seeds", "[3, 5]", "--trainer.fast_dev_run", "true"])
     assert cli.trainer.state.finished and cli.datamodule.train_tokens == "sequences"
-    assert all(b.row_position is None and b.sequence_graph is None
+    assert all((b.row_position is not None) == sequences_only and b.sequence_graph is None
                for b in cli.datamodule.train_dataloader())
