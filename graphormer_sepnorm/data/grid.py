@@ -28,8 +28,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.compiling import compiled
+from graphormer_sepnorm.data import sequences as attention_sequences
 from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator, _as_2d
-from graphormer_sepnorm.data.sequences import sequence_maps, sequence_pairs
 from graphormer_sepnorm.data.transform import add_shortest_paths
 
 #: Graphs walked per collator call while building.
@@ -114,6 +114,8 @@ class GridGraphs:
         Where :func:`gathers_compiled` says so (on CUDA), the gathers are one compiled function
         (dynamic shapes: compiled once), a handful of kernels instead of about 28 launches.
         """
+        if sequences is not None and atom_rows is None:
+            raise ValueError("attention sequences need atom_rows (token rows)")
         gather = self._gather
         if gathers_compiled(index.device):
             if self._compiled_gather is None:
@@ -165,13 +167,17 @@ class GridGraphs:
         pos = torch.arange(length, device=index.device)
         node_mask = pos < n  # [..., B, N]
         atom = torch.where(node_mask, t["node_ptr"][index].unsqueeze(-1) + pos, 0)
-        if sequences is None:
+        # with sequences: each position's graph and token, for the pairs and the maps both
+        placed = None if sequences is None else attention_sequences.positions_of(
+            n.squeeze(-1), sequences[0], sequences[1] * sequences[2])
+        if placed is None:
             pair_mask = node_mask.unsqueeze(-1) & node_mask.unsqueeze(-2)  # [..., B, N, N]
             first_pair = t["pair_ptr"][index][..., None, None]  # [..., B, 1, 1]
             pair = torch.where(pair_mask, first_pair + pos.unsqueeze(-1) * n.unsqueeze(-1) + pos,
                                0)
         else:  # [..., S, L, L]: the sequences' position pairs
-            pair, pair_mask = sequence_pairs(t, index, n.squeeze(-1), *sequences)
+            pair, pair_mask = attention_sequences.sequence_pairs(t, index, n.squeeze(-1), placed,
+                                                                 *sequences[1:])
         # pair fields in the store's small integer types (the model widens them where it
         # indexes): [P, S] long hop lists were the step's largest inputs
         spd = torch.where(pair_mask, t["spd"][pair], 0)  # [..., B, N, N]
@@ -179,11 +185,11 @@ class GridGraphs:
                              dtype=torch.uint8 if k < 256 else torch.long)
         hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)
         rows = (None, None) if atom_rows is None else row_maps(n.squeeze(-1), length, atom_rows)
-        placed = (None,) * 3 if sequences is None or atom_rows is None else \
-            sequence_maps(n.squeeze(-1), *sequences, atom_rows)
+        maps = (None,) * 3 if placed is None else \
+            attention_sequences.sequence_maps(n.squeeze(-1), *sequences, atom_rows, placed)
         return (t["x"][atom].long(), t["degree"][atom].long(), node_mask, spd, hop_index,
                 t["path"][pair], None if self.y is None else self.y[index],
-                None if self.mol_x is None else self.mol_x[index], *rows, *placed)
+                None if self.mol_x is None else self.mol_x[index], *rows, *maps)
 
     def atom_rows_for(self, batch_size: int, sigmas: float = 6.0, multiple: int = 64) -> int:
         """The atom rows of a random batch of ``batch_size`` graphs: one count for a whole fit.
@@ -243,8 +249,7 @@ def row_maps(num_nodes: Tensor, length: int, atom_rows: int) -> tuple[Tensor, Te
     """
     b, width = num_nodes.shape[-1], length + 1
     device = num_nodes.device
-    end = torch.cumsum(num_nodes, -1)  # [..., B]: one past each graph's last atom row
-    start = end - num_nodes
+    start = torch.cumsum(num_nodes, -1) - num_nodes  # [..., B]: each graph's first atom row
     pos = torch.arange(length, device=device)
     graphs = torch.arange(b, device=device)
     rows, positions = b + atom_rows, b * width
@@ -254,13 +259,10 @@ def row_maps(num_nodes: Tensor, length: int, atom_rows: int) -> tuple[Tensor, Te
     atom_row = torch.where(pos < num_nodes.unsqueeze(-1), b + start.unsqueeze(-1) + pos, spread)
     graph_row = graphs.expand(*num_nodes.shape).unsqueeze(-1)
     position_row = torch.cat([graph_row, atom_row], -1).flatten(-2)  # [..., B * (1 + N)]
-    atom = torch.arange(atom_rows, device=device).expand(*num_nodes.shape[:-1], atom_rows)
-    owner = torch.searchsorted(end, atom.contiguous(), right=True).clamp(max=b - 1)
-    atom_position = torch.where(atom < end[..., -1:],
-                                owner * width + 1 + atom - start.gather(-1, owner),
-                                (b + atom) % positions)
-    graph_position = (graphs * width).expand(*num_nodes.shape)
-    return torch.cat([graph_position, atom_position], -1), position_row
+    # each graph's token grid row starts at g * (1 + N)
+    first = (graphs * width).expand(*num_nodes.shape)
+    return attention_sequences.row_positions(num_nodes, first, atom_rows, positions), \
+        position_row
 
 
 def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:

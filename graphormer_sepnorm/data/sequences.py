@@ -111,8 +111,8 @@ def _least_filled(tokens: np.ndarray, count: int) -> tuple[np.ndarray, int]:
     return sequence, fullest
 
 
-def sequence_maps(num_nodes: Tensor, first: Tensor, count: int, length: int,
-                  atom_rows: int) -> tuple[Tensor, Tensor, Tensor]:
+def sequence_maps(num_nodes: Tensor, first: Tensor, count: int, length: int, atom_rows: int,
+                  placed: tuple[Tensor, ...] | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The sequence maps of graphs of ``num_nodes`` ``[..., B]`` atoms starting at ``first``.
 
     ``first`` ``[..., B]`` (increasing) is each graph token's position in the flattened
@@ -121,23 +121,36 @@ def sequence_maps(num_nodes: Tensor, first: Tensor, count: int, length: int,
     graph order, then padding). Returns ``row_sequence`` ``[..., B + atom_rows]``,
     ``sequence_row`` and ``sequence_graph`` ``[..., count * length]``
     (:class:`~graphormer_sepnorm.data.collate.GraphormerBatch` says what they hold).
+    ``placed``: :func:`positions_of` the same graphs, where the caller has it already.
     """
-    b, device = num_nodes.shape[-1], num_nodes.device
-    rows, positions = b + atom_rows, count * length
-    end = torch.cumsum(num_nodes, -1)
-    start = end - num_nodes  # each graph's first atom row, less B
-    atom = torch.arange(atom_rows, device=device).expand(*num_nodes.shape[:-1], atom_rows)
+    b, positions = num_nodes.shape[-1], count * length
+    graph, local, covered = placed or positions_of(num_nodes, first, positions)
+    start = torch.cumsum(num_nodes, -1) - num_nodes  # each graph's first atom row, less B
+    row = torch.where(local == 0, graph, b + start.gather(-1, graph) + local - 1)
+    # padding positions point at rows spread out (see row_maps)
+    position = torch.arange(positions, device=first.device)
+    sequence_row = torch.where(covered, row, position % (b + atom_rows))
+    return (row_positions(num_nodes, first, atom_rows, positions), sequence_row,
+            torch.where(covered, graph, -1))
+
+
+def row_positions(num_nodes: Tensor, first: Tensor, atom_rows: int, positions: int) -> Tensor:
+    """Each token row's position, ``[..., B + atom_rows]``: graph tokens, atoms, padding rows.
+
+    Graph ``g``'s token is at ``first[g]`` and its atoms right after it, among ``positions``;
+    padding rows point at positions spread out (their gradients are zero, but a GPU adds them
+    up with atomics, and thousands into one position would queue on it). The grid's rows
+    (:func:`~graphormer_sepnorm.data.grid.row_maps`) and the sequences' (:func:`sequence_maps`).
+    """
+    b = num_nodes.shape[-1]
+    end = torch.cumsum(num_nodes, -1)  # [..., B]: one past each graph's last atom row, less B
+    start = end - num_nodes
+    atom = torch.arange(atom_rows, device=first.device).expand(*num_nodes.shape[:-1], atom_rows)
     owner = torch.searchsorted(end, atom.contiguous(), right=True).clamp(max=b - 1)
-    # padding rows and positions point anywhere, spread out (see row_maps)
-    atom_sequence = torch.where(atom < end[..., -1:],
+    atom_position = torch.where(atom < end[..., -1:],
                                 first.gather(-1, owner) + 1 + atom - start.gather(-1, owner),
                                 (b + atom) % positions)
-    graph, local, covered = positions_of(num_nodes, first, count * length)
-    row = torch.where(local == 0, graph, b + start.gather(-1, graph) + local - 1)
-    position = torch.arange(positions, device=device)
-    sequence_row = torch.where(covered, row, position % rows)
-    return (torch.cat([first, atom_sequence], -1), sequence_row,
-            torch.where(covered, graph, -1))
+    return torch.cat([first, atom_position], -1)
 
 
 def positions_of(num_nodes: Tensor, first: Tensor, positions: int) -> tuple[Tensor, ...]:
@@ -151,14 +164,15 @@ def positions_of(num_nodes: Tensor, first: Tensor, positions: int) -> tuple[Tens
     return graph, local, (local >= 0) & (local <= num_nodes.gather(-1, graph))
 
 
-def sequence_pairs(store: dict[str, Tensor], index: Tensor, num_nodes: Tensor, first: Tensor,
-                   count: int, length: int) -> tuple[Tensor, Tensor]:
+def sequence_pairs(store: dict[str, Tensor], index: Tensor, num_nodes: Tensor,
+                   placed: tuple[Tensor, ...], count: int,
+                   length: int) -> tuple[Tensor, Tensor]:
     """Each position pair's store pair and realness, ``[..., count, length, length]``.
 
-    A pair is real where both positions are atoms of one graph; elsewhere its store pair is 0.
+    ``placed``: :func:`positions_of` the graphs. A pair is real where both positions are atoms
+    of one graph; elsewhere its store pair is 0.
     """
-    graph, local, covered = (t.view(*t.shape[:-1], count, length)
-                             for t in positions_of(num_nodes, first, count * length))
+    graph, local, covered = (t.view(*t.shape[:-1], count, length) for t in placed)
     atom = covered & (local > 0)
     same = graph.unsqueeze(-1) == graph.unsqueeze(-2)
     real = same & atom.unsqueeze(-1) & atom.unsqueeze(-2)

@@ -1,6 +1,7 @@
 """Attention sequences: the host's packing, the device's maps, checked by hand."""
 
 import numpy as np
+import pytest
 import torch
 from data.test_grid import mixed_graphs
 
@@ -42,6 +43,9 @@ def test_sequence_batches_place_each_pair() -> None:
     batch = store.batch(torch.from_numpy(index[order]), 32, atom_rows=120,
                         sequences=(torch.from_numpy(first), count, length))
     grid = store.batch(torch.from_numpy(index[order]), 32)
+    with pytest.raises(ValueError, match="need atom_rows"):  # sequence pairs without their maps
+        store.batch(torch.from_numpy(index[order]), 32, sequences=(torch.from_numpy(first),
+                                                                   count, length))
     b, real = len(index), int(store.sizes.sum()) + len(index)
     # rows and sequence positions are inverse on real tokens; the rows are the grid's rows
     assert torch.equal(batch.sequence_row[batch.row_sequence[:real]], torch.arange(real))
