@@ -198,6 +198,7 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
     with (InductorRecorder(cuda_fusion=not args.cpu_fusion) as recorder, cuda_autocast(),
           cuda_attention()):
         module, optimizer, schedule = build(name, seeds, args)
+        _fit_start(module)
         pad_to = int(store.lengths()[-1]) if args.train_length == "longest" else None
         gather = batches(store, batch_size, len(seeds) if seeds else None, gen, length, pad_to,
                          args.train_tokens)
@@ -241,6 +242,12 @@ def _counted(recorder: InductorRecorder, work: Any) -> dict[str, int]:
             "syncs": eager.syncs, "recompiles": len(recorder.graphs) - compiled,
             "largest": sorted(((c * b, f"{g.name} {what}") for g, c in ran
                                for b, what in g.largest), reverse=True)}
+
+
+def _fit_start(module: Any) -> None:
+    """The dataset configs' statistics callback at fit start (its norms stop tracking)."""
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(statistics_dataloader=list))
+    ReestimateGraphTokenStatistics().on_fit_start(trainer, module)
 
 
 def _statistics_pass(module: Any, batch: Any) -> None:

@@ -57,6 +57,9 @@ from graphormer_sepnorm.campaign.step_profile import (  # noqa: E402
 from graphormer_sepnorm.datasets.base import GraphDataModule  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
 from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
+from graphormer_sepnorm.training.batch_statistics import (  # noqa: E402
+    ReestimateGraphTokenStatistics,
+)
 from graphormer_sepnorm.training.factory import graphormer_module  # noqa: E402
 
 # name: (batch size, atom feature dims, edge feature dims, task, synthetic sizes)
@@ -230,7 +233,8 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
                       precision="bf16-mixed" if engine and cuda else "32-true",
                       deterministic=False if engine else "warn", gradient_clip_val=5.0,
                       limit_val_batches=0, num_sanity_val_steps=0, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, callbacks=[timer])
+                      enable_progress_bar=False, enable_model_summary=False,
+                      callbacks=[timer, ReestimateGraphTokenStatistics()])  # as the configs
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.fit(model, data)

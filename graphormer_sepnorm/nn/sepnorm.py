@@ -62,12 +62,18 @@ class GraphTokenBatchNorm(_FloatStatistics):
         eps: Default: 1e-5.
         momentum: running-statistics momentum. Default: 0.1.
         sync: synchronize statistics across DDP processes. Default: true.
+
+    ``tracks_in_training`` (default true): whether training batches update the running
+    statistics. The callback that re-estimates them before every validation turns it off for
+    its fit (``training.batch_statistics``; a compiled step's launch per norm saved). The
+    statistics pass always updates them.
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
                  sync: bool = True) -> None:
         super().__init__(num_features, eps=eps, momentum=momentum)
         self.sync = sync
+        self.tracks_in_training = True
 
     def forward(self, x: Tensor) -> Tensor:
         """Normalizes ``x`` of shape ``[B, D]``."""
@@ -77,8 +83,10 @@ class GraphTokenBatchNorm(_FloatStatistics):
             out = self._global_batch_norm(x32)
         elif self.uses_batch_statistics(x.shape[0]) and self.momentum is None:  # BatchNorm1d
             out = self._cumulative_batch_norm(x32)  # would read its count to the host
-        elif self.uses_batch_statistics(x.shape[0]):
+        elif self.uses_batch_statistics(x.shape[0]) and self.tracks_in_training:
             out = super().forward(x32)
+        elif self.uses_batch_statistics(x.shape[0]):
+            out = F.batch_norm(x32, None, None, self.weight, self.bias, True, 0.0, self.eps)
         else:
             out = self._running_norm(x32)
         return out.to(x.dtype)
@@ -111,11 +119,12 @@ class GraphTokenBatchNorm(_FloatStatistics):
         # on the device: reading count back would stop every process at each of these norms.
         usable = count > 1
         with torch.no_grad():
-            self.num_batches_tracked.add_(usable.to(self.num_batches_tracked.dtype))
+            tracked = usable & (self.momentum is None or self.tracks_in_training)
+            self.num_batches_tracked.add_(tracked.to(self.num_batches_tracked.dtype))
             # momentum None: cumulative, as BatchNorm's; no lerp_ (vmap looped over replicas)
             factor = (self.momentum if self.momentum is not None
                       else 1.0 / self.num_batches_tracked.clamp(min=1).to(var.dtype))
-            step = factor * usable.to(var.dtype)
+            step = factor * tracked.to(var.dtype)
             unbiased = var * (count / (count - 1).clamp(min=1)).to(var.dtype)
             self.running_mean.add_((mean - self.running_mean) * step)
             self.running_var.add_((unbiased - self.running_var) * step)

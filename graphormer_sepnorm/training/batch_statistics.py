@@ -99,12 +99,31 @@ class ReestimateGraphTokenStatistics(Callback):
     when they are the whole split). Packed replicas are re-estimated together, on the same
     batches. Does nothing for models without the BatchNorm (ShareNorm).
 
+    Since what training batches would write into those statistics is reset unread, the norms
+    leave them alone for the fit (:attr:`GraphTokenBatchNorm.tracks_in_training
+    <graphormer_sepnorm.nn.sepnorm.GraphTokenBatchNorm>`): one kernel a norm less in a compiled
+    step. A datamodule without a ``statistics_dataloader`` gets neither.
+
     Args:
         max_graphs: training graphs per estimate (per process). Default: 10,000.
     """
 
     def __init__(self, max_graphs: int = 10_000) -> None:
         self.max_graphs = max_graphs
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Training batches stop updating the running statistics, if they are re-estimated."""
+        if getattr(trainer.datamodule, "statistics_dataloader", None) is not None:
+            _set_tracking(pl_module, False)
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Training batches update them again (outside this callback's fits)."""
+        _set_tracking(pl_module, True)
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule,
+                     exception: BaseException) -> None:
+        """As :meth:`on_fit_end`."""
+        _set_tracking(pl_module, True)
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Re-estimates, unless in the sanity check or outside a fit."""
@@ -114,6 +133,16 @@ class ReestimateGraphTokenStatistics(Callback):
         model = getattr(pl_module, "model", None)
         if isinstance(model, Graphormer | PackedReplicas):
             reestimate_graph_token_statistics(model, batches(), self.max_graphs)
+
+
+def _set_tracking(pl_module: LightningModule, tracks: bool) -> None:
+    """Sets ``tracks_in_training`` of every graph-token BatchNorm of ``pl_module.model``."""
+    model = getattr(pl_module, "model", None)
+    modules = model.skeleton if isinstance(model, PackedReplicas) else model
+    if isinstance(modules, Graphormer):
+        for norm in modules.modules():
+            if isinstance(norm, GraphTokenBatchNorm):
+                norm.tracks_in_training = tracks
 
 
 def refuse_size_grouped_batch_norm(model: nn.Module, datamodule: Any) -> None:

@@ -22,7 +22,8 @@ from graphs import ATOM_DIMS, BOND_DIMS, random_graph
 
 from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.data.grid import GridGraphs
-from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, GraphTokenBatchNorm
+from graphormer_sepnorm.training.batch_statistics import ReestimateGraphTokenStatistics
 
 DEVICE = torch.device(os.environ.get("GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE", "cuda"))
 pytestmark = [pytest.mark.gpu,
@@ -123,7 +124,8 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path, train_toke
                       default_root_dir=tmp_path,
                       logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       gradient_clip_val=5.0, val_check_interval=3,
-                      check_val_every_n_epoch=None, deterministic=False)
+                      check_val_every_n_epoch=None, deterministic=False,
+                      callbacks=[ReestimateGraphTokenStatistics()])  # as the dataset configs
     trainer.fit(module, data)
     assert trainer.global_step == 6
     assert torch.isfinite(trainer.callback_metrics["train/loss"])
@@ -180,7 +182,8 @@ def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
 def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly(tokens):
     """The preset's training path: packed replicas under ``vmap``, compiled, on token rows
     (and in attention sequences), against the same replicas eagerly on the grid (float32:
-    outputs, the flat gradient and the BatchNorm statistics)."""
+    outputs, the flat gradient and the BatchNorm statistics). In sequences, as in a fit with
+    the statistics callback, the norms leave their running statistics alone."""
     import numpy as np
 
     from graphormer_sepnorm.compiling import compiled
@@ -205,6 +208,9 @@ def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly(tokens):
             for parameter in second.parameters():
                 parameter.add_(0.1 * torch.randn_like(parameter))
         packed = PackedReplicas([model(), second]).train()
+        for norm in packed.skeleton.modules():
+            if isinstance(norm, GraphTokenBatchNorm):
+                norm.tracks_in_training = tokens != "sequences"
         forward = compiled(packed) if compile_it else packed
         out = forward(store.batch(index, 32, atom_rows, atom_rows and placed))
         out.pow(2).sum().backward()
@@ -213,3 +219,5 @@ def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly(tokens):
         results.append((out.detach(), packed.flat.grad.clone(), statistics))
     for expected, got in zip(*results, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    means = [packed.stacked_buffer(n) for n in packed.buffer_names if n.endswith("running_mean")]
+    assert means and all(bool((m == 0).all()) for m in means) == (tokens == "sequences")

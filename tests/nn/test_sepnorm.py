@@ -85,3 +85,38 @@ def test_batch_norm_statistics_stay_float32_under_autocast():
     assert bn.running_mean.dtype == torch.float32
     expected = (x.float() - x.float().mean(0)) / torch.sqrt(x.float().var(0, unbiased=False) + 1e-5)
     torch.testing.assert_close(out.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("synchronized", [False, True])
+def test_training_without_tracking_normalizes_alike_and_leaves_the_statistics(
+        synchronized, monkeypatch):
+    if synchronized:  # the DDP path, on one process: the global moments are the local ones
+        monkeypatch.setattr("graphormer_sepnorm.nn.sepnorm.is_distributed", lambda: True)
+        monkeypatch.setattr("graphormer_sepnorm.nn.sepnorm.global_batch_moments", lambda x: (
+            x.mean(0), x.var(0, unbiased=False), torch.tensor(float(len(x)),
+                                                              dtype=torch.float64)))
+    x = torch.randn(8, 6, dtype=torch.float64) * 2 + 1
+    tracking, quiet = GraphTokenBatchNorm(6).double(), GraphTokenBatchNorm(6).double()
+    quiet.tracks_in_training = False
+    with torch.no_grad():
+        for bn in (tracking, quiet):
+            bn.weight.copy_(torch.linspace(0.5, 2.0, 6))
+            bn.bias.copy_(torch.linspace(-1.0, 1.0, 6))
+            bn.running_mean.fill_(0.25)
+    outputs = []
+    for bn in (tracking, quiet):
+        inp = x.clone().requires_grad_()
+        out = bn.train()(inp)
+        (out * torch.arange(48.0, dtype=torch.float64).view(8, 6)).sum().backward()
+        outputs.append((out.detach(), inp.grad, bn.weight.grad, bn.bias.grad))
+    for ours, theirs in zip(outputs[1], outputs[0], strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    assert not torch.equal(tracking.running_mean, torch.full((6,), 0.25, dtype=torch.float64))
+    assert torch.equal(quiet.running_mean, torch.full((6,), 0.25, dtype=torch.float64))
+    assert torch.equal(quiet.running_var, torch.ones(6, dtype=torch.float64))
+    assert int(quiet.num_batches_tracked) == 0 and int(tracking.num_batches_tracked) == 1
+    # the statistics pass (momentum None) always averages the batches in
+    quiet.momentum = None
+    quiet(x)
+    torch.testing.assert_close(quiet.running_mean, x.mean(0))
+    assert int(quiet.num_batches_tracked) == 1

@@ -2,6 +2,7 @@
 
 import copy
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +13,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from graphormer_sepnorm.data import GraphormerCollator
 from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
-from graphormer_sepnorm.training.batch_statistics import reestimate_graph_token_statistics
+from graphormer_sepnorm.training.batch_statistics import (
+    ReestimateGraphTokenStatistics,
+    reestimate_graph_token_statistics,
+)
 from graphormer_sepnorm.training.packed import PackedReplicas
 
 
@@ -97,6 +101,9 @@ def test_callback_in_a_fit_saves_the_reestimated_statistics(tmp_path, tiny_mirro
     reestimate_graph_token_statistics(model, cli.datamodule.statistics_dataloader())
     for name, value in statistics(model).items():
         torch.testing.assert_close(saved["model." + name], value, msg=name)
+    # training batches left the statistics alone during the fit, and update them again after
+    assert all(m.tracks_in_training for m in cli.model.model.modules()
+               if isinstance(m, GraphTokenBatchNorm))
 
 
 def test_callback_reestimates_each_packed_replica(tmp_path, tiny_mirror, monkeypatch):
@@ -153,3 +160,36 @@ def test_packed_replicas_are_reestimated_together_as_each_alone_without_host_syn
     assert packed.training and packed.skeleton.training
     assert all(m.momentum == 0.1 for m in packed.skeleton.modules()
                if isinstance(m, GraphTokenBatchNorm))
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_callback_stops_training_updates_only_in_fits_it_reestimates_in(packed):
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    batch = store.batch(torch.arange(5), 32)
+    models = [model_pair(torch.float64, multi_hop_max_dist=5)[0] for _ in range(2)]
+    model = PackedReplicas(models) if packed else models[0]
+    norms = [m for m in (model.skeleton if packed else model).modules()
+             if isinstance(m, GraphTokenBatchNorm)]
+    module, callback = SimpleNamespace(model=model), ReestimateGraphTokenStatistics()
+
+    def running():
+        return statistics(model.replica(1) if packed else model)
+
+    def trains_one_batch():
+        before = running()
+        model.train()
+        model(batch)
+        return any(not torch.equal(value, before[name]) for name, value in running().items())
+
+    callback.on_fit_start(SimpleNamespace(datamodule=SimpleNamespace()), module)
+    assert norms and all(n.tracks_in_training for n in norms)  # nothing re-estimates them
+    fit = SimpleNamespace(datamodule=SimpleNamespace(statistics_dataloader=lambda: [batch]))
+    callback.on_fit_start(fit, module)
+    assert not any(n.tracks_in_training for n in norms)
+    assert not trains_one_batch()
+    callback.on_fit_end(fit, module)
+    assert all(n.tracks_in_training for n in norms)
+    assert trains_one_batch()
+    callback.on_fit_start(fit, module)
+    callback.on_exception(fit, module, RuntimeError())
+    assert all(n.tracks_in_training for n in norms)
