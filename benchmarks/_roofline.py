@@ -112,12 +112,35 @@ class InductorRecorder:
             scheduler.get_scheduling_for_device = (
                 lambda device: TritonScheduling if device == "cpu" else original(device))
             stack.callback(setattr, scheduler, "get_scheduling_for_device", original)
+            _group_cpu_combo_kernels(stack)
         torch._dynamo.reset()
         stack.callback(torch._dynamo.reset)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
+
+
+def _group_cpu_combo_kernels(stack: ExitStack) -> None:
+    """Combo kernels (where a compile asks for them) group CPU kernels too, as CUDA's.
+
+    Inductor's own grouping leaves CPU nodes out (its C++ kernels have no combo form); here
+    they are grouped as it groups CUDA ones: each set of independent nodes, in order, at most
+    ``combo_kernel_max_num_nodes`` to a kernel. Nothing is generated from them (see
+    :class:`InductorRecorder`), so the grouping only has to be counted.
+    """
+    import torch._inductor.config as inductor_config
+    from torch._inductor.scheduler import ForeachKernelSchedulerNode
+
+    def groups(scheduler: Any) -> list[list[Any]]:
+        most = inductor_config.combo_kernel_max_num_nodes
+        return [independent[i:i + most] for nodes in scheduler._topological_sort_nodes()
+                for independent in [[n for n in nodes if n.get_device() is not None]]
+                for i in range(0, len(independent), most)]
+
+    original = ForeachKernelSchedulerNode.group_algorithm_for_combo_kernels
+    ForeachKernelSchedulerNode.set_group_algorithm_for_combo_kernels(groups)
+    stack.callback(ForeachKernelSchedulerNode.set_group_algorithm_for_combo_kernels, original)
 
 
 def _record(lowering: Any, index: int) -> GraphRecord:

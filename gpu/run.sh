@@ -121,7 +121,8 @@ campaign() {  # the campaign within $1 seconds; further arguments are appended t
     local seconds=$1
     shift
     say "campaign with ${seconds}s, CUDA attention ${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-efficient}," \
-        "token rows ${GRAPHORMER_SEPNORM_TOKEN_ROWS:-1}, sequences ${GRAPHORMER_SEPNORM_SEQUENCES:-1}"
+        "token rows ${GRAPHORMER_SEPNORM_TOKEN_ROWS:-1}, sequences ${GRAPHORMER_SEPNORM_SEQUENCES:-1}," \
+        "combo kernels ${GRAPHORMER_SEPNORM_COMBO_KERNELS:-1}"
     # shellcheck disable=SC2086
     TORCH_LOGS="${CAMPAIGN_LOGS-recompiles,cudagraphs}" \
     timeout -k 10 $(( seconds > 0 ? seconds + 15 : 15 )) "$PY" -m graphormer_sepnorm.campaign \
@@ -146,7 +147,8 @@ say "compile cache: up to ${COMPILE_CACHE_MIB} MiB (tree ${TREE_KIB} KiB as it c
 # chosen (GRAPHORMER_SEPNORM_CUDA_ATTENTION) or FALLBACK=0, the first try stops at a failed
 # job, and the seconds left go to a second try with SDPA's math kernel (slower, proven on
 # every path) and without token rows or attention sequences (GRAPHORMER_SEPNORM_TOKEN_ROWS=0:
-# the grid, proven on an H200; both are new since 2026-11-28), which retries that job (a job is given up after two
+# the grid, proven on an H200; both are new since 2026-11-28) or inductor's combo kernels
+# (GRAPHORMER_SEPNORM_COMBO_KERNELS=0, also new), which retries that job (a job is given up after two
 # failures with one code) and goes on past a failure. On the GPU by default; FALLBACK=1 on the
 # CPU (its test).
 FALLBACK_ARGS=()
@@ -160,11 +162,13 @@ LEFT=$(( LIMIT_S - ($(date +%s) - T0) - RESERVE_S ))
 # 1: a job failed; above 124 with time left: the process died (a crash, not the backstop)
 if [ "$STATUS" != 0 ] && [ "$STATUS" != 3 ] && [ "$LEFT" -ge 60 ] \
         && [ "${#FALLBACK_ARGS[@]}" -gt 0 ]; then
-    say "a job failed with the efficient attention and token rows/sequences (see above): the" \
-        "campaign again with SDPA's math kernel, on the grid, and ${LEFT}s"
+    say "a job failed with the efficient attention, token rows/sequences and combo kernels (see" \
+        "above): the campaign again with SDPA's math kernel, on the grid, without combo kernels," \
+        "and ${LEFT}s"
     echo "efficient attention, token rows/sequences: a job failed; the math kernel on the grid" \
         "took over" >"$OUT/FALLBACK_MATH"
-    export GRAPHORMER_SEPNORM_CUDA_ATTENTION=math GRAPHORMER_SEPNORM_TOKEN_ROWS=0
+    export GRAPHORMER_SEPNORM_CUDA_ATTENTION=math GRAPHORMER_SEPNORM_TOKEN_ROWS=0 \
+        GRAPHORMER_SEPNORM_COMBO_KERNELS=0
     campaign "$LEFT"
     STATUS=$?
 fi

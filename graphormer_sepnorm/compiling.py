@@ -8,11 +8,19 @@ off (``triton.coalesce_tiling_analysis``) compiled the same step on the same mac
 workaround is given per compiled function, as an inductor option, so that nothing else in the
 user's process changes; the option only steers Triton (GPU) kernels, so the CPU's C++ kernels
 are untouched.
+
+One more option, for speed: inductor's combo kernels (:data:`COMBO_KERNELS`). A packed
+training step has hundreds of small independent kernels (the norms' statistics on 256 graph
+tokens, each parameter's gradient written into the flat buffer, weight casts); on a GPU each
+costs a launch of a few microseconds whatever its size, and combo kernels run up to 8 of them
+as one (``benchmarks/gpu_roofline.py``: 623 -> 455 launches a ZINC-subset step at K=2). Triton
+only: inductor leaves the CPU's kernels as they are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,14 +30,18 @@ __all__ = ["INDUCTOR_WORKAROUNDS", "WorkaroundCompile", "compile_kwargs", "compi
 
 #: Inductor options set in every compile of this package (when the installed torch has them).
 INDUCTOR_WORKAROUNDS: dict[str, Any] = {"triton.coalesce_tiling_analysis": False}
+#: Whether compiles use inductor's combo kernels (see the module docstring), from
+#: ``GRAPHORMER_SEPNORM_COMBO_KERNELS`` when the package is imported (``0``: not). New on
+#: 2026-11-28 and not yet run on a GPU: ``gpu/run.sh``'s fallback turns them off.
+COMBO_KERNELS = os.environ.get("GRAPHORMER_SEPNORM_COMBO_KERNELS", "1") != "0"
 
 
 def compile_kwargs(mode: str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """Keyword arguments for ``torch.compile`` or ``nn.Module.compile``: ``mode`` and workarounds.
+    """Keyword arguments for ``torch.compile`` or ``nn.Module.compile``: ``mode`` and options.
 
-    ``torch.compile`` takes a ``mode`` or ``options``, not both; the mode's own options (e.g.
-    ``reduce-overhead``: ``{'triton.cudagraphs': True}``) are spelled out and the workarounds
-    added to them.
+    The options: the workarounds and :data:`COMBO_KERNELS`. ``torch.compile`` takes a
+    ``mode`` or ``options``, not both; the mode's own options (e.g. ``reduce-overhead``:
+    ``{'triton.cudagraphs': True}``) are spelled out and these added to them.
 
     Args:
         mode: a ``torch.compile`` mode (``None``: ``'default'``).
@@ -41,8 +53,8 @@ def compile_kwargs(mode: str | None = None, **kwargs: Any) -> dict[str, Any]:
     from torch._inductor import config, list_mode_options
 
     options = dict(list_mode_options(mode or "default", kwargs.get("dynamic")))
-    options.update({key: value for key, value in INDUCTOR_WORKAROUNDS.items()
-                    if _has_option(config, key)})
+    wanted = {**INDUCTOR_WORKAROUNDS, **({"combo_kernels": True} if COMBO_KERNELS else {})}
+    options.update({key: value for key, value in wanted.items() if _has_option(config, key)})
     return {"options": options, **kwargs}
 
 

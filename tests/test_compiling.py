@@ -8,16 +8,36 @@ from graphormer_sepnorm.compiling import compile_kwargs, compiled
 
 def test_a_mode_is_spelled_out_as_its_options_with_the_workarounds() -> None:
     assert compile_kwargs("reduce-overhead", dynamic=True) == {
-        "options": {"triton.cudagraphs": True, "triton.coalesce_tiling_analysis": False},
+        "options": {"triton.cudagraphs": True, "triton.coalesce_tiling_analysis": False,
+                    "combo_kernels": True},
         "dynamic": True}
-    assert compile_kwargs() == {"options": {"triton.coalesce_tiling_analysis": False}}
+    assert compile_kwargs() == {"options": {"triton.coalesce_tiling_analysis": False,
+                                            "combo_kernels": True}}
     assert compile_kwargs("default", fullgraph=True)["fullgraph"] is True
+
+
+def test_combo_kernels_can_be_turned_off(monkeypatch) -> None:
+    monkeypatch.setattr(compiling, "COMBO_KERNELS", False)
+    assert compile_kwargs() == {"options": {"triton.coalesce_tiling_analysis": False}}
+
+
+def test_combo_kernels_leave_a_cpu_compile_as_it_computes() -> None:
+    """Inductor groups only Triton kernels; on the CPU a compile with them computes the same."""
+    x = torch.linspace(-2, 2, 12).view(3, 4)
+
+    def two_independent(t):
+        return torch.sin(t) * 2, t.sum(0) + 1, torch.cos(t[:, :2])
+
+    got = compiled(two_independent, fullgraph=True)(x)
+    for ours, theirs in zip(got, two_independent(x), strict=True):
+        torch.testing.assert_close(ours, theirs)
 
 
 def test_an_option_this_torch_lacks_is_left_out(monkeypatch) -> None:
     monkeypatch.setattr(compiling, "INDUCTOR_WORKAROUNDS",
                         {"triton.no_such_option": 1, "no_such_group.option": 2,
                          "triton.coalesce_tiling_analysis": False})
+    monkeypatch.setattr(compiling, "COMBO_KERNELS", False)
     assert compile_kwargs()["options"] == {"triton.coalesce_tiling_analysis": False}
 
 

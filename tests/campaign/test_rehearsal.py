@@ -192,14 +192,16 @@ def test_a_failed_first_try_gives_its_minutes_to_the_math_attention(bundle, tmp_
     """Two leases lost their minutes to a CUDA-only failure of the fused attention: the first
     try stops at a failed job, and a second try with ``GRAPHORMER_SEPNORM_CUDA_ATTENTION=math``
     trains in the time left, on the grid (``GRAPHORMER_SEPNORM_TOKEN_ROWS=0``: token rows are
-    new, 2026-11-28). The failure is staged by an interpreter that fails the campaign unless
-    both are chosen."""
+    new, 2026-11-28) and without combo kernels (``GRAPHORMER_SEPNORM_COMBO_KERNELS=0``, new too).
+    The failure is staged by an interpreter that fails the campaign unless all three are
+    chosen."""
     python = tmp_path / "python"
     python.write_text(
         "#!/usr/bin/env bash\n"
         'if [ "$2" = graphormer_sepnorm.campaign ] '
         '&& { [ "${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-}" != math ] '
-        '|| [ "${GRAPHORMER_SEPNORM_TOKEN_ROWS:-}" != 0 ]; }; then\n'
+        '|| [ "${GRAPHORMER_SEPNORM_TOKEN_ROWS:-}" != 0 ] '
+        '|| [ "${GRAPHORMER_SEPNORM_COMBO_KERNELS:-}" != 0 ]; }; then\n'
         '    echo "first try: $*"; echo "RuntimeError: LSE is not correctly aligned"; exit 1\n'
         f'fi\nexec {PYTHON} "$@"\n')
     python.chmod(0o755)
@@ -208,7 +210,7 @@ def test_a_failed_first_try_gives_its_minutes_to_the_math_attention(bundle, tmp_
                    "--only zinc_subset-sharenorm*", PYTHON=str(python), FALLBACK="1") == 0
     log = (out / "log.txt").read_text()
     assert "--stop-on-failure" in log.split("first try: ")[1].splitlines()[0]
-    assert "campaign with" in log and "CUDA attention math" in log
+    assert "campaign with" in log and "CUDA attention math" in log and "combo kernels 0" in log
     assert "math kernel on the grid took over" in (out / "FALLBACK_MATH").read_text()
     unpack(out, tmp_path / "back")
     assert [r["norm"] for r in read_rows(tmp_path / "back" / "results.csv")] == ["sharenorm"]
