@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import gpu_roofline  # noqa: E402
@@ -65,3 +66,20 @@ def test_hbm_bytes_lets_recent_buffers_hit_l2():
     # room for one buffer: a is still there for the second kernel, input is not for the third
     assert hbm_bytes(nodes, capacity=10) == 10 + 10 + 10 + 10 + 10
     assert hbm_bytes(nodes, capacity=0) == 10 + 10 + 10 + 10 + 10 + 10 + 10
+
+
+def test_the_recorder_groups_independent_kernels_as_cuda_combo_kernels():
+    """Inductor leaves the CPU's kernels out of combo kernels; the recorder counts them as
+    CUDA's would be grouped (each set of independent kernels, up to 8 to a launch)."""
+    from _roofline import InductorRecorder
+
+    def three(a, b, c):
+        return a.sin(), b.cos() * 2, c.exp()
+
+    inputs = (torch.randn(7), torch.randn(5, 3), torch.randn(11))
+    kernels = {}
+    for combo in (False, True):
+        with InductorRecorder() as recorder:
+            torch.compile(three, options={"combo_kernels": combo})(*inputs)
+        kernels[combo] = sum(g.kernels for g in recorder.graphs)
+    assert kernels == {False: 3, True: 1}
