@@ -72,6 +72,8 @@ class GraphRecord:
     calls: int = 0
     #: the scheduled nodes' ``(bytes, what they compute)``, largest first (at most 40)
     largest: list[tuple[int, str]] = field(default_factory=list)
+    #: each launching node's own bound, bytes or FLOPs (seconds, every byte from HBM)
+    node_s: list[float] = field(default_factory=list)
 
 
 class InductorRecorder:
@@ -147,22 +149,26 @@ def _record(lowering: Any, index: int) -> GraphRecord:
     from torch._inductor.scheduler import ExternKernelSchedulerNode, NopKernelSchedulerNode
 
     kernels = externs = size = flops = 0
-    largest = []
+    largest, node_s = [], []
     nodes = [n for n in lowering.scheduler.nodes if not isinstance(n, NopKernelSchedulerNode)]
     for node in nodes:
-        node_bytes = node.get_read_write_buffers_sizes()
+        node_bytes, node_flops = node.get_read_write_buffers_sizes(), 0
         size += node_bytes
         largest.append((node_bytes, _describe(node)))
         if isinstance(node, ExternKernelSchedulerNode):
             externs += not _is_view_like(node)
-            flops += node.estimate_flops() or 0
+            node_flops = node.estimate_flops() or 0
+            flops += node_flops
         else:
             kernels += 1
+        if not isinstance(node, ExternKernelSchedulerNode) or not _is_view_like(node):
+            node_s.append(max(node_bytes / H100["bytes_per_s"], node_flops / H100["flops_per_s"]))
     kind = "backward" if "tangents_1" in {n.name for n in lowering.module.graph.nodes} else \
         "forward"
     largest.sort(key=lambda item: -item[0])
     return GraphRecord(f"{index}:{kind}", kernels, externs, size, flops,
-                       hbm_bytes(nodes, int(H100["l2_bytes"])), largest=largest[:40])
+                       hbm_bytes(nodes, int(H100["l2_bytes"])), largest=largest[:40],
+                       node_s=node_s)
 
 
 def hbm_bytes(nodes: list[Any], capacity: int) -> int:

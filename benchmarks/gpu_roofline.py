@@ -26,7 +26,11 @@ several molecules; ``grid``: every grid position; ``--train-tokens`` overrides i
 
 Beside that bound, the same with L2 reuse (``_roofline.hbm_bytes``: a read of a buffer touched
 within the last 40 MB of buffers hits the H100's 50 MB L2): the step takes at least the
-largest of launches, those HBM bytes and FLOPs. The two bracket what a GPU should measure.
+largest of launches, those HBM bytes and FLOPs. And "kernels in turn": the kernels run one
+after another, each at least its launch, its own bytes or its own FLOPs, summed (every byte
+from HBM); the step's small kernels then cost their launches even where bytes bind the step
+as a whole. It is never below the first bound; the L2 bound and this one bracket what a GPU
+should measure, unless its kernels fall short of their own bounds.
 
 What it cannot see: kernel time beyond these bounds (a small kernel takes longer than its
 bytes), cache behaviour beyond that model, the host's own time per step
@@ -38,9 +42,10 @@ then fuses with its CUDA rules). ``gpu_step.py`` measures; this one explains.
     python benchmarks/gpu_roofline.py --layers 2 --batch-scale 0.05 --k 1 2   # a smoke run
 
 The last line: ``gpu_roofline launches_k2=N launches_k8=N table_min=M molhiv_min=M
-table_min_l2=M molhiv_min_l2=M`` (ZINC-subset launches per packed step at K=2 and K=8; the
-ZINC-subset and MolHIV tables' minutes at the binding bound of the largest K measured, K=8 by
-default, every byte from HBM, then with L2 reuse).
+table_min_l2=M molhiv_min_l2=M table_min_serial=M molhiv_min_serial=M`` (ZINC-subset launches
+per packed step at K=2 and K=8; the ZINC-subset and MolHIV tables' minutes at the binding
+bound of the largest K measured, K=8 by default, every byte from HBM, then with L2 reuse, then
+with the kernels in turn).
 """
 
 from __future__ import annotations
@@ -161,13 +166,15 @@ def combined(parts: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
     row = dict(common, length="mix", lengths={r["length"]: share for share, r in parts},
                recompiles=sum(r["recompiles"] for _, r in parts))
     for key in ("launches", "graph_launches", "eager_launches", "bytes", "hbm_bytes", "flops",
-                "syncs", "launches_ms", "bytes_ms", "flops_ms", "table_min", "l2_table_min"):
+                "syncs", "launches_ms", "bytes_ms", "flops_ms", "table_min", "l2_table_min",
+                "serial_ms", "serial_table_min"):
         row[key] = sum(share * r[key] for share, r in parts)
     for key in ("launches", "graph_launches", "eager_launches", "syncs"):
         row[key] = round(row[key])
     steps = TABLES[row["dataset"]]
     row["model_steps_per_s"] = steps / row["table_min"] / 60
     row["l2_model_steps_per_s"] = steps / row["l2_table_min"] / 60
+    row["serial_model_steps_per_s"] = steps / row["serial_table_min"] / 60
     return row
 
 
@@ -214,6 +221,11 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
     bounds = {"launches": launch, "bytes": counts["bytes"] / H100["bytes_per_s"],
               "flops": counts["flops"] / H100["flops_per_s"]}
     reuse_s = max(launch, counts["hbm_bytes"] / H100["bytes_per_s"], bounds["flops"])
+    # kernels run one after another: each takes at least its launch, its bytes or its FLOPs
+    kernel_s = H100["graphed_launch_s" if graphed else "launch_s"]
+    serial_s = sum(max(kernel_s, t) for t in counts.pop("node_s")) + max(
+        counts["eager_launches"] * H100["launch_s"], counts["eager_bytes"] / H100["bytes_per_s"],
+        counts.pop("eager_flops") / H100["flops_per_s"])
     binding = max(bounds, key=bounds.get)
     replicas = len(seeds) if seeds else 1
     rate = replicas / bounds[binding]
@@ -224,6 +236,8 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
             "model_steps_per_s": rate, "table_min": TABLES[name] / rate / 60,
             "l2_model_steps_per_s": replicas / reuse_s,
             "l2_table_min": TABLES[name] * reuse_s / replicas / 60,
+            "serial_ms": serial_s * 1e3, "serial_model_steps_per_s": replicas / serial_s,
+            "serial_table_min": TABLES[name] * serial_s / replicas / 60,
             "stats": stats, "val": val}
 
 
@@ -235,7 +249,9 @@ def _counted(recorder: InductorRecorder, work: Any) -> dict[str, int]:
     eager = eager_costs(work)
     ran = [(g, g.calls - before.get(id(g), 0)) for g in recorder.graphs]
     return {"graph_launches": sum(c * (g.kernels + g.externs) for g, c in ran),
-            "eager_launches": eager.launches,
+            "eager_launches": eager.launches, "eager_bytes": eager.bytes,
+            "eager_flops": eager.flops,
+            "node_s": [t for g, c in ran for t in g.node_s * c],
             "bytes": sum(c * g.bytes for g, c in ran) + eager.bytes,
             "hbm_bytes": sum(c * g.hbm_bytes for g, c in ran) + eager.bytes,
             "flops": sum(c * g.flops for g, c in ran) + eager.flops,
@@ -335,6 +351,9 @@ def print_row(row: dict[str, Any]) -> None:
           f"{row['flops_ms']:.3f} -> {row['model_steps_per_s']:,.0f} model-steps/s, table "
           f"{row['table_min']:.1f} min | with L2 reuse {row['hbm_bytes'] / 1e9:.2f} GB -> "
           f"{row['l2_model_steps_per_s']:,.0f} model-steps/s, table {row['l2_table_min']:.1f} min"
+          f" | kernels in turn {row['serial_ms']:.3f} ms -> "
+          f"{row['serial_model_steps_per_s']:,.0f} model-steps/s, table "
+          f"{row['serial_table_min']:.1f} min"
           f" | stats batch: {stats['graph_launches']}+"
           f"{stats['eager_launches']} launches, {stats['syncs']} syncs | val batch: "
           f"{val['graph_launches']}+{val['eager_launches']} launches, {val['syncs']} syncs"
@@ -360,7 +379,9 @@ def summary(rows: list[dict[str, Any]]) -> None:
     print(f"gpu_roofline launches_k2={launches(2)} launches_k8={launches(8)} "
           f"table_min={minutes('zinc_subset')} molhiv_min={minutes('molhiv')} "
           f"table_min_l2={minutes('zinc_subset', 'l2_table_min')} "
-          f"molhiv_min_l2={minutes('molhiv', 'l2_table_min')}")
+          f"molhiv_min_l2={minutes('molhiv', 'l2_table_min')} "
+          f"table_min_serial={minutes('zinc_subset', 'serial_table_min')} "
+          f"molhiv_min_serial={minutes('molhiv', 'serial_table_min')}")
 
 
 if __name__ == "__main__":

@@ -27,9 +27,14 @@ def test_gpu_roofline_smoke_run_prints_the_summary_line(capsys):
             assert sum(row["lengths"].values()) == pytest.approx(1.0)
         assert 0 < row["hbm_bytes"] <= row["bytes"]  # L2 reuse only removes reads
         assert row["l2_model_steps_per_s"] >= row["model_steps_per_s"]
+        # kernels in turn take at least as long as the largest of the step's three bounds
+        bounds = [row[f"{k}_ms"] for k in ("launches", "bytes", "flops")]
+        assert row["serial_ms"] >= max(bounds) * (1 - 1e-9)
+        assert row["serial_model_steps_per_s"] <= row["model_steps_per_s"] * (1 + 1e-9)
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert re.fullmatch(r"gpu_roofline launches_k2=\d+ launches_k8=n/a table_min=[\d.]+ "
-                        r"molhiv_min=[\d.]+ table_min_l2=[\d.]+ molhiv_min_l2=[\d.]+", last), last
+                        r"molhiv_min=[\d.]+ table_min_l2=[\d.]+ molhiv_min_l2=[\d.]+ "
+                        r"table_min_serial=[\d.]+ molhiv_min_serial=[\d.]+", last), last
 
 
 def test_gpu_roofline_pads_as_the_preset_does():
