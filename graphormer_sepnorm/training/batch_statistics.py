@@ -52,11 +52,10 @@ def reestimate_graph_token_statistics(model: Graphormer | PackedReplicas,
     Returns:
         The number of graphs seen (per process); 0, and nothing changed, without such norms.
     """
-    modules = model.skeleton if isinstance(model, PackedReplicas) else model
-    names = [n for n, m in modules.named_modules() if isinstance(m, GraphTokenBatchNorm)]
-    if not names:
+    found = graph_token_norms(model)
+    if not found:
         return 0
-    norms = [modules.get_submodule(name) for name in names]
+    names, norms = list(found), list(found.values())
     training, momenta = model.training, [norm.momentum for norm in norms]
     model.eval()
     _reset_statistics(model, names)
@@ -76,6 +75,12 @@ def reestimate_graph_token_statistics(model: Graphormer | PackedReplicas,
             norm.momentum = momentum
         model.train(training)
     return count
+
+
+def graph_token_norms(model: Graphormer | PackedReplicas) -> dict[str, GraphTokenBatchNorm]:
+    """``model``'s graph-token BatchNorms by name (packed replicas: their skeleton's)."""
+    modules = model.skeleton if isinstance(model, PackedReplicas) else model
+    return {n: m for n, m in modules.named_modules() if isinstance(m, GraphTokenBatchNorm)}
 
 
 def _reset_statistics(model: Graphormer | PackedReplicas, names: list[str]) -> None:
@@ -138,11 +143,9 @@ class ReestimateGraphTokenStatistics(Callback):
 def _set_tracking(pl_module: LightningModule, tracks: bool) -> None:
     """Sets ``tracks_in_training`` of every graph-token BatchNorm of ``pl_module.model``."""
     model = getattr(pl_module, "model", None)
-    modules = model.skeleton if isinstance(model, PackedReplicas) else model
-    if isinstance(modules, Graphormer):
-        for norm in modules.modules():
-            if isinstance(norm, GraphTokenBatchNorm):
-                norm.tracks_in_training = tracks
+    if isinstance(model, Graphormer | PackedReplicas):
+        for norm in graph_token_norms(model).values():
+            norm.tracks_in_training = tracks
 
 
 def refuse_size_grouped_batch_norm(model: nn.Module, datamodule: Any) -> None:

@@ -22,8 +22,11 @@ from graphs import ATOM_DIMS, BOND_DIMS, random_graph
 
 from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.data.grid import GridGraphs
-from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, GraphTokenBatchNorm
-from graphormer_sepnorm.training.batch_statistics import ReestimateGraphTokenStatistics
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
+from graphormer_sepnorm.training.batch_statistics import (
+    ReestimateGraphTokenStatistics,
+    graph_token_norms,
+)
 
 DEVICE = torch.device(os.environ.get("GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE", "cuda"))
 pytestmark = [pytest.mark.gpu,
@@ -208,9 +211,8 @@ def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly(tokens):
             for parameter in second.parameters():
                 parameter.add_(0.1 * torch.randn_like(parameter))
         packed = PackedReplicas([model(), second]).train()
-        for norm in packed.skeleton.modules():
-            if isinstance(norm, GraphTokenBatchNorm):
-                norm.tracks_in_training = tokens != "sequences"
+        for norm in graph_token_norms(packed).values():
+            norm.tracks_in_training = tokens != "sequences"
         forward = compiled(packed) if compile_it else packed
         out = forward(store.batch(index, 32, atom_rows, atom_rows and placed))
         out.pow(2).sum().backward()

@@ -15,6 +15,7 @@ from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
 from graphormer_sepnorm.training.batch_statistics import (
     ReestimateGraphTokenStatistics,
+    graph_token_norms,
     reestimate_graph_token_statistics,
 )
 from graphormer_sepnorm.training.packed import PackedReplicas
@@ -168,8 +169,7 @@ def test_callback_stops_training_updates_only_in_fits_it_reestimates_in(packed):
     batch = store.batch(torch.arange(5), 32)
     models = [model_pair(torch.float64, multi_hop_max_dist=5)[0] for _ in range(2)]
     model = PackedReplicas(models) if packed else models[0]
-    norms = [m for m in (model.skeleton if packed else model).modules()
-             if isinstance(m, GraphTokenBatchNorm)]
+    norms = list(graph_token_norms(model).values())
     module, callback = SimpleNamespace(model=model), ReestimateGraphTokenStatistics()
 
     def running():
