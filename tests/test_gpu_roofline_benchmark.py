@@ -88,3 +88,33 @@ def test_the_recorder_groups_independent_kernels_as_cuda_combo_kernels():
             torch.compile(three, options={"combo_kernels": combo})(*inputs)
         kernels[combo] = sum(g.kernels for g in recorder.graphs)
     assert kernels == {False: 3, True: 1}
+
+
+def _step_bytes(function, *inputs) -> int:
+    from _roofline import InductorRecorder
+
+    with InductorRecorder() as recorder:
+        torch.compile(function)(*inputs)
+    return sum(g.bytes for g in recorder.graphs)
+
+
+def test_reads_of_part_of_a_buffer_count_that_part():
+    """A matmul's weight and a kernel's broadcast bias read from a large flat buffer (as the
+    packed replicas' parameters are) count their own elements, not the whole buffer; a gather
+    from it keeps inductor's worst case."""
+    flat, x = torch.randn(100_000), torch.randn(64, 32)
+    index = torch.randint(0, 100_000, (64, 32))
+
+    def matmul(flat, x):
+        return x @ flat[1000:1512].view(32, 16)
+
+    def broadcast(flat, x):
+        return x.sin() + flat[5000:5032]
+
+    def gather(flat, index):
+        return flat[index].cos()
+
+    assert _step_bytes(matmul, flat, x) == 4 * (32 * 16 + 64 * 32 + 64 * 16)
+    assert _step_bytes(broadcast, flat, x) == 4 * (32 + 2 * 64 * 32)
+    # inductor's count for an indirect read: the kernel's elements, at most the buffer's
+    assert _step_bytes(gather, flat, index) == 4 * (64 * 32) + 8 * 64 * 32 + 4 * 64 * 32
