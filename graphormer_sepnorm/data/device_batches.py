@@ -53,8 +53,10 @@ class DeviceBatches:
         sequences: ``(S, L)`` with ``atom_rows``: batches also place their tokens in ``S``
             attention sequences of ``L`` positions (:mod:`~graphormer_sepnorm.data.sequences`,
             :func:`~graphormer_sepnorm.data.sequences.shape_for`), each batch's graphs in the
-            order of their places; a batch that does not fit stays in plain rows (a second
-            shape). ``None`` (default): none.
+            order of their places. A batch that does not fit swaps molecules with other batches
+            of its epoch (:func:`~graphormer_sepnorm.data.sequences.fit_epoch`, which resumable
+            samplers are given, so that a resumed epoch swaps as before); one that still does
+            not stays in plain rows (a second shape). ``None`` (default): none.
         done: the batches of the current epoch trained so far
             (:func:`~graphormer_sepnorm.data.resumable.batches_done`): with
             :class:`~graphormer_sepnorm.data.resumable.ResumableBatchSampler` samplers, Lightning
@@ -78,6 +80,9 @@ class DeviceBatches:
         self.length_multiple = length_multiple
         self.stack = stack
         self._done = done
+        if self.sequences:
+            for sampler in self._resumable():
+                sampler.repair = self._fit
 
     def __len__(self) -> int:
         return min(len(s) for s in self.sampler)
@@ -94,9 +99,15 @@ class DeviceBatches:
         """The next epoch, if it is the saved one, starts after its done batches."""
         resume_samplers(self._resumable(), state_dict)
 
+    def _fit(self, batches: list[list[int]]) -> list[list[int]]:
+        """An epoch's batches with molecules swapped until each fits the sequences."""
+        assert self.sequences is not None
+        return attention_sequences.fit_epoch(batches, self.store.sizes, *self.sequences)
+
     def _epoch(self) -> list[np.ndarray]:
         """This epoch's batches as host arrays ``[R, B]`` (``[B]`` unless ``stack``)."""
-        per_replica = [list(s) for s in self.sampler]
+        per_replica = [list(s) if isinstance(s, ResumableBatchSampler) or not self.sequences
+                       else self._fit(list(s)) for s in self.sampler]
         steps = min(len(b) for b in per_replica)
         batches = []
         for step in range(steps):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -32,25 +33,26 @@ ALIGNMENT = 16
 ENABLED = os.environ.get("GRAPHORMER_SEPNORM_SEQUENCES", "1") != "0"
 
 
-def shape_for(sizes: np.ndarray, batch_size: int, sigmas: float = 8.0, draws: int = 1000,
+def shape_for(sizes: np.ndarray, batch_size: int, sigmas: float = 2.0, draws: int = 1000,
               seed: int = 0) -> tuple[int, int]:
     """``(S, L)`` for random batches of ``batch_size`` graphs of atom counts ``sizes``.
 
     ``L`` holds the largest molecule's tokens (rounded up to :data:`ALIGNMENT`). ``S``: the
     fewest sequences :func:`pack` fits each of ``draws`` random batches into, their mean plus
-    ``sigmas`` standard deviations (and at least their largest plus one). A batch that does not
-    fit falls back to plain token rows, a second shape and a compile
-    (:class:`.DeviceBatches`), so the margin is wide: ZINC-subset's batches of 256 need 136
-    sequences of 48 on average, with a standard deviation of 5.7 and a tail that thins by
-    about 0.7 a sequence (165 were needed 2 times in 100,000 random batches); 182 leaves about
-    one batch in ten million out. MolHIV's batches of 128 need 15.9 of 224 (0.73): 22.
+    ``sigmas`` standard deviations. The batches above it are made to fit by swapping molecules
+    between an epoch's batches (:func:`fit_epoch`, :class:`.DeviceBatches`); one that still
+    does not fit falls back to plain token rows, a second shape and a compile. ZINC-subset's
+    batches of 256 need 136.4 sequences of 48 on average, with a standard deviation of 5.7:
+    148, where 23 of 780 random batches (20 epochs) needed swaps and all got them (eight
+    standard deviations, 182, left no batch out in 100,000 without swaps and cost 5% more
+    bytes a step, ``benchmarks/README.md``). MolHIV's batches of 128 need 15.9 of 224.
     """
     length = -(-(int(sizes.max(initial=1)) + 1) // ALIGNMENT) * ALIGNMENT
     gen = np.random.default_rng(seed)
     batch_size = min(batch_size, len(sizes))
     needed = np.array([_fewest(sizes[gen.choice(len(sizes), batch_size, replace=False)] + 1,
                                length) for _ in range(draws)])
-    count = max(int(np.ceil(needed.mean() + sigmas * needed.std())), int(needed.max()) + 1)
+    count = int(np.ceil(needed.mean() + sigmas * needed.std()))
     return min(count, batch_size), length
 
 
@@ -96,6 +98,56 @@ def place(sizes: np.ndarray, batch: np.ndarray, count: int,
         return None
     order = np.stack([row[p[0]] for row, p in zip(rows, placed, strict=True)])
     return order.reshape(batch.shape), np.stack([p[1] for p in placed]).reshape(batch.shape)
+
+
+def fit_epoch(batches: list[list[int]], sizes: np.ndarray, count: int,
+              length: int) -> list[list[int]]:
+    """An epoch's batches, with molecules swapped between them until each batch fits.
+
+    A batch that :func:`pack` cannot place in ``count`` sequences of ``length`` gives its
+    largest molecule for the smallest of another batch (the next one in epoch order, wrapping
+    round, that still fits after the swap), until it fits; one with no such partner is left as
+    it is (it stays in plain rows). Every molecule stays in the epoch once and every batch keeps
+    its size, so :func:`shape_for`'s margin need not cover the rare batch. The result depends
+    on the epoch's batches alone: a fit resumed mid-epoch
+    (:class:`~graphormer_sepnorm.data.resumable.ResumableBatchSampler`) swaps as the
+    uninterrupted one did before it skips.
+
+    Args:
+        batches: the epoch's batches, graph indices into ``sizes``.
+        sizes: atoms per graph.
+        count: sequences per batch, ``S``.
+        length: positions per sequence, ``L``.
+    """
+    tokens = np.asarray(sizes) + 1
+    batches = [list(b) for b in batches]
+
+    def fits(batch: list[int]) -> bool:
+        return _least_filled(tokens[batch], count)[1] <= length
+
+    for i, batch in enumerate(batches):
+        for _ in range(len(batch)):
+            if fits(batch):
+                break
+            large = max(range(len(batch)), key=lambda k: tokens[batch[k]])
+            if not _give(batches, i, large, tokens, fits):
+                break
+    return batches
+
+
+def _give(batches: list[list[int]], i: int, large: int, tokens: np.ndarray,
+          fits: Callable[[list[int]], bool]) -> bool:
+    """Swaps ``batches[i][large]`` for a smaller molecule of another batch that still fits."""
+    for j in [*range(i + 1, len(batches)), *range(i)]:
+        other = batches[j]
+        small = min(range(len(other)), key=lambda k: tokens[other[k]])
+        if tokens[other[small]] >= tokens[batches[i][large]]:
+            continue
+        trial = [*other[:small], batches[i][large], *other[small + 1:]]
+        if fits(trial):
+            batches[i][large], batches[j] = other[small], trial
+            return True
+    return False
 
 
 def _least_filled(tokens: np.ndarray, count: int) -> tuple[np.ndarray, int]:
