@@ -46,7 +46,7 @@ def shape_for(sizes: np.ndarray, batch_size: int, sigmas: float = 2.0, draws: in
     does not fit falls back to plain token rows, a second shape and a compile. ZINC-subset's
     batches of 256 need 136.4 sequences of 48 on average, with a standard deviation of 5.7:
     148, where 23 of 780 random batches (20 epochs) needed swaps and all got them (eight
-    standard deviations, 182, left no batch out in 100,000 without swaps and cost 5% more
+    standard deviations, 182, left no batch out in 100,000 without swaps and cost 9% more
     bytes a step, ``benchmarks/README.md``). MolHIV's batches of 128 need 15.9 of 224.
     """
     length = -(-(int(sizes.max(initial=1)) + 1) // ALIGNMENT) * ALIGNMENT
@@ -161,7 +161,7 @@ def _least_filled(tokens: np.ndarray, count: int) -> tuple[np.ndarray, int]:
     return _least_filled_of(np.ascontiguousarray(tokens, dtype=np.int64).tobytes(), count)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)  # ZINC's epochs: 859 batches a replica
 def _least_filled_of(key: bytes, count: int) -> tuple[np.ndarray, int]:
     tokens = np.frombuffer(key, dtype=np.int64)
     values = tokens.tolist()
