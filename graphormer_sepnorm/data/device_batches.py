@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -143,8 +144,14 @@ class DeviceBatches:
         """``batch`` in its sequences' order and each graph token's first position.
 
         ``(batch, None)`` without sequences or where they do not fit
-        (:func:`~graphormer_sepnorm.data.sequences.place`).
+        (:func:`~graphormer_sepnorm.data.sequences.place`; warned: on a GPU such a step
+        compiles a second shape).
         """
-        placed = self.sequences and attention_sequences.place(self.store.sizes, batch,
-                                                              *self.sequences)
+        if not self.sequences:
+            return batch, None
+        placed = attention_sequences.place(self.store.sizes, batch, *self.sequences)
+        if placed is None:
+            warnings.warn(f"a batch does not fit {self.sequences[0]} attention sequences of "
+                          f"{self.sequences[1]} even after swaps: it stays in plain rows, a "
+                          "second shape", stacklevel=2)
         return placed or (batch, None)
