@@ -87,10 +87,14 @@ def canonical_unique(rows: Sequence[tuple[str, float]]) -> list[tuple[str, float
 
 
 def with_scaffold_split(rows: list[tuple[str, float]], sizes: Sequence[float],
-                        file_order_ties: bool = False) -> list[tuple[str, float, str]]:
-    """Rows with a ``train``/``val``/``test`` label from the deterministic scaffold split."""
+                        file_order_ties: bool = False,
+                        split_seed: int = 0) -> list[tuple[str, float, str]]:
+    """Rows with a ``train``/``val``/``test`` label from the deterministic scaffold split.
+
+    ``split_seed`` orders scaffolds of equal size (:func:`scaffold_split`'s ``seed``).
+    """
     parts = scaffold_split([murcko_scaffold(s) for s, _ in rows], sizes,
-                           None if file_order_ties else 0)
+                           None if file_order_ties else split_seed)
     labels = [""] * len(rows)
     for name, part in zip(("train", "val", "test"), parts, strict=True):
         for i in part:
@@ -122,17 +126,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=float, nargs=3, default=(0.8, 0.1, 0.1))
     parser.add_argument("--file-order-ties", action="store_true",
                         help="the splits before 2026-11-27: equal-sized scaffolds in file order")
+    parser.add_argument("--split-seed", type=int, default=0,
+                        help="another draw of the split's ties, written as <set>_split<K>.csv "
+                        "(default 0: the benchmark's split, <set>.csv)")
     args = parser.parse_args(argv)
+    suffix = f"_split{args.split_seed}" if args.split_seed else ""
     RDLogger.DisableLog("rdApp.*")
     if args.moleculeace is not None:
         for name in args.ace:
             rows = canonical_unique(read_ace(args.moleculeace, name))
-            write(args.out / f"ace_{name.lower()}.csv",
-                  with_scaffold_split(rows, args.sizes, args.file_order_ties))
+            write(args.out / f"ace_{name.lower()}{suffix}.csv",
+                  with_scaffold_split(rows, args.sizes, args.file_order_ties, args.split_seed))
     if not args.no_rdkit:
         rows = canonical_unique(read_rdkit_chembl2321810())
-        write(args.out / "rdkit_chembl2321810.csv",
-              with_scaffold_split(rows, args.sizes, args.file_order_ties))
+        write(args.out / f"rdkit_chembl2321810{suffix}.csv",
+              with_scaffold_split(rows, args.sizes, args.file_order_ties, args.split_seed))
 
 
 if __name__ == "__main__":
