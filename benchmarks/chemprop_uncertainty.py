@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -100,6 +101,7 @@ def scores(val: tuple[np.ndarray, ...], test: tuple[np.ndarray, ...]) -> dict[st
 def run(args: argparse.Namespace, name: str, method: str, seed: int) -> dict[str, object]:
     """Trains and predicts one (set, method, seed); returns its row."""
     work = args.work / name / method / str(seed)
+    shutil.rmtree(work / "run", ignore_errors=True)  # an interrupted run's models would be read
     work.mkdir(parents=True, exist_ok=True)
     splits = split_files(args.data_dir / f"{name}.csv", work)
     extra, uncertainty = METHODS[method]
