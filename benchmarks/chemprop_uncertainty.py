@@ -50,6 +50,7 @@ from graphormer_sepnorm.experiment import append_row, read_rows
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _chemprop_side as chemprop_side  # noqa: E402
+from small_data import one_thread_env, read_set  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ["solubility", "freesolv", "ace_chembl1862_ki", "ace_chembl219_ki", "rdkit_chembl2321810"]
@@ -63,11 +64,11 @@ FIELDS = ["set", "method", "seed", "test_mae", "coverage90", "nll", "std_error_s
 
 def split_files(data: Path, work: Path) -> dict[str, list[tuple[str, float]]]:
     """The set's validation and test rows, each also written as ``<split>.csv`` in ``work``."""
-    with open(data, newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    smiles, targets, labels = read_set(data)
     splits = {}
     for split in ("val", "test"):
-        splits[split] = [(r["smiles"], float(r["y"])) for r in rows if r["split"] == split]
+        splits[split] = [(s, y) for s, y, label in zip(smiles, targets, labels, strict=True)
+                         if label == split]
         with open(work / f"{split}.csv", "w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["smiles", "y"])
@@ -125,9 +126,12 @@ def run(args: argparse.Namespace, name: str, method: str, seed: int) -> dict[str
 
 
 def cpu_seconds(command: list[str], log: IO[str]) -> float:
-    """Runs ``command`` on one thread, output to ``log``; its CPU seconds (user + system)."""
+    """Runs ``command`` on one thread, output to ``log``; its CPU seconds (user + system).
+
+    Every BLAS is pinned to one thread, as ``small_data.py``'s runs are.
+    """
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+                               env=one_thread_env())
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode:

@@ -45,6 +45,23 @@ def test_predicted_reads_the_variance_root_and_checks_the_order(tmp_path):
         chemprop_uncertainty.predicted(path, [("CCN", 0.0), ("CCO", 1.0)])
 
 
+def test_split_files_keep_each_split_in_file_order(tmp_path):
+    data = tmp_path / "set.csv"
+    data.write_text("smiles,y,split\nC,1,train\nCC,2,test\nCCC,3,val\nCCO,4.5,test\n")
+    splits = chemprop_uncertainty.split_files(data, tmp_path)
+    assert splits == {"val": [("CCC", 3.0)], "test": [("CC", 2.0), ("CCO", 4.5)]}
+    assert (tmp_path / "test.csv").read_text().splitlines() == ["smiles,y", "CC,2.0", "CCO,4.5"]
+    assert (tmp_path / "val.csv").read_text().splitlines() == ["smiles,y", "CCC,3.0"]
+
+
+def test_children_run_on_one_thread_of_every_library(tmp_path):
+    code = ("import os; print(' '.join(os.environ[n] for n in ('OMP_NUM_THREADS', "
+            "'MKL_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'NUMEXPR_NUM_THREADS')))")
+    with open(tmp_path / "log", "w") as log:
+        seconds = chemprop_uncertainty.cpu_seconds([sys.executable, "-c", code], log)
+    assert seconds >= 0 and (tmp_path / "log").read_text().strip() == "1 1 1 1"
+
+
 def test_table_gives_mean_and_std_over_seeds_in_the_sets_order():
     def row(name, seed, mae):
         return {"set": name, "method": "chemprop_mve", "seed": str(seed), "test_mae": str(mae),
