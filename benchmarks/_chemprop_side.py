@@ -22,8 +22,12 @@ set's test rows in file order.
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -97,3 +101,24 @@ def run_chemprop(executable: Path, method: str, data: Path, seed: int, run_dir: 
     command = chemprop_command(executable, method, data, seed, run_dir)
     times = run_logged(command, run_dir / "run.log")
     return (*errors_on_test(run_dir, test), times, command)
+
+
+def run_child(command: list[str], log: IO[str], env: dict[str, str] | None = None
+              ) -> dict[str, float]:
+    """Runs ``command``, output to ``log``; its wall and CPU seconds and peak RSS (MiB).
+
+    CPU (user + system) and memory are the command's and its waited-for children's, from
+    ``os.wait4``: per command, where ``RUSAGE_CHILDREN`` of this process would mix commands run
+    concurrently.
+
+    Raises:
+        subprocess.CalledProcessError: when the command fails.
+    """
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status):
+        raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), command)
+    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024}

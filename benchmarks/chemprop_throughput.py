@@ -16,8 +16,6 @@ import argparse
 import csv
 import itertools
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,14 +55,7 @@ def predict_command(executable: Path, method: str, model: Path, data: Path, outp
 def timed(command: list[str], log: Path, env: dict[str, str] | None = None) -> dict[str, float]:
     """Runs ``command``; its wall and CPU seconds and peak RSS (MiB), children included."""
     with open(log, "w") as handle:
-        started = time.perf_counter()
-        process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        seconds = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status):
-        raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), command)
-    return {"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mib": usage.ru_maxrss / 1024}
+        return chemprop_side.run_child(command, handle, env)
 
 
 def main() -> None:

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import shutil
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -130,13 +128,7 @@ def cpu_seconds(command: list[str], log: IO[str]) -> float:
 
     Every BLAS is pinned to one thread, as ``small_data.py``'s runs are.
     """
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                               env=one_thread_env())
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode:
-        raise subprocess.CalledProcessError(process.returncode, command)
-    return usage.ru_utime + usage.ru_stime
+    return chemprop_side.run_child(command, log, one_thread_env())["cpu_s"]
 
 
 def table(rows: list[dict[str, str]]) -> str:

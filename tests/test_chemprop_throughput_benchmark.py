@@ -1,8 +1,11 @@
 """benchmarks/chemprop_throughput.py: its input file, commands and timing (chemprop not needed)."""
 
 import csv
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import chemprop_throughput  # noqa: E402
@@ -34,3 +37,8 @@ def test_timed_counts_the_children_cpu_and_memory(tmp_path):
     code = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'sum(range(10**6))'])"
     figures = chemprop_throughput.timed([sys.executable, "-c", code], tmp_path / "log")
     assert figures["seconds"] > 0 and figures["cpu_s"] > 0 and figures["peak_rss_mib"] > 1
+
+
+def test_a_failing_command_raises(tmp_path):
+    with pytest.raises(subprocess.CalledProcessError):
+        chemprop_throughput.timed([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log")
