@@ -19,8 +19,8 @@ One JSON line per (set, variant) on stdout: hyperparameters, validation and test
 from __future__ import annotations
 
 import argparse
-import csv
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,9 @@ from graphormer_sepnorm.chem.featurizers import OgbFeaturizer
 from graphormer_sepnorm.ensemble.fingerprint_gp import gp_columns
 from graphormer_sepnorm.ensemble.tanimoto import log_count_tanimoto
 
+sys.path.insert(0, str(Path(__file__).parent))
+from small_data import read_set  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("base", "linear", "ard")
 #: log-space start values of ``a, b, s, c`` (``FingerprintGP``'s for the first three)
@@ -39,40 +42,57 @@ START = (0.0, -1.0, -2.302585, -2.0)
 
 def read_features(path: Path) -> tuple[Tensor, Tensor, np.ndarray, dict[str, tuple[int, int]]]:
     """The default config's molecule features ``[N, F]``, targets ``[N]``, splits, GP columns."""
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    smiles, targets, splits = read_set(path)
     featurizer = OgbFeaturizer(mol_features=["rdkit2d", "morgan"])
-    x = torch.tensor(np.stack([featurizer.arrays(r["smiles"]).mol_x for r in rows]))
-    return (x.double(), torch.tensor([float(r["y"]) for r in rows], dtype=torch.float64),
-            np.array([r["split"] for r in rows]), gp_columns(featurizer.to_config()))
+    x = torch.tensor(np.stack([featurizer.arrays(s).mol_x for s in smiles]))
+    return (x.double(), torch.tensor(targets, dtype=torch.float64), np.array(splits),
+            gp_columns(featurizer.to_config()))
 
 
-def kernel(a: Tensor, b: Tensor, columns: dict[str, tuple[int, int]], log: Tensor,
-           log_lengths: Tensor, variant: str) -> Tensor:
+class Pairs:
+    """What a kernel of ``a [P, F]`` against ``b [Q, F]`` needs that no hyperparameter moves.
+
+    The Tanimoto matrix ``[P, Q]`` (computed once, not at every step of the fit) and the two
+    sides' descriptors.
+    """
+
+    def __init__(self, a: Tensor, b: Tensor, columns: dict[str, tuple[int, int]]) -> None:
+        (m0, m1), (d0, d1) = columns["morgan"], columns["rdkit2d"]
+        self.tanimoto = log_count_tanimoto(a[:, m0:m1], b[:, m0:m1])
+        self.da, self.db = a[:, d0:d1], b[:, d0:d1]
+
+
+def kernel(pairs: Pairs, log: Tensor, log_lengths: Tensor, variant: str) -> Tensor:
     """The variant's kernel ``[P, Q]`` (noise not added); ``log`` = log ``a, b, s, c``."""
-    (m0, m1), (d0, d1) = columns["morgan"], columns["rdkit2d"]
-    da, db, width = a[:, d0:d1], b[:, d0:d1], d1 - d0
+    width = pairs.da.shape[1]
     lengths = log_lengths.exp()
-    sqdist = torch.cdist(da / lengths, db / lengths).square() / width
+    sqdist = torch.cdist(pairs.da / lengths, pairs.db / lengths).square() / width
     hyper = log.exp()
-    value = hyper[0] * log_count_tanimoto(a[:, m0:m1], b[:, m0:m1]) + hyper[1] * torch.exp(
-        -sqdist / 2)
+    value = hyper[0] * pairs.tanimoto + hyper[1] * torch.exp(-sqdist / 2)
     if variant == "linear":
-        value = value + hyper[3] * (da @ db.T) / width
+        value = value + hyper[3] * (pairs.da @ pairs.db.T) / width
     return value
 
 
-def fit(x: Tensor, z: Tensor, columns: dict[str, tuple[int, int]], variant: str,
-        steps: int = 150, lr: float = 0.05) -> tuple[Tensor, Tensor]:
-    """Log hyperparameters ``[4]`` and log lengthscales (``[F_d]`` for ARD, else ``[1]``)."""
-    width = columns["rdkit2d"][1] - columns["rdkit2d"][0]
+def fit(pairs: Pairs, z: Tensor, variant: str, steps: int = 150,
+        lr: float = 0.05) -> tuple[Tensor, Tensor]:
+    """Log hyperparameters ``[4]`` and log lengthscales (``[F_d]`` for ARD, else ``[1]``).
+
+    Args:
+        pairs: the training molecules against themselves.
+        z: their standardized targets.
+        variant: one of :data:`VARIANTS`.
+        steps: Adam steps on the negative log marginal likelihood. Default: 150.
+        lr: Adam's learning rate. Default: 0.05.
+    """
+    width = pairs.da.shape[1]
     log = torch.tensor(START, dtype=torch.float64, requires_grad=True)
     log_lengths = torch.zeros(width if variant == "ard" else 1, dtype=torch.float64,
                               requires_grad=True)
     optimizer = torch.optim.Adam([log, log_lengths], lr=lr)
     eye = torch.eye(len(z), dtype=torch.float64)
     for _ in range(steps):
-        cov = kernel(x, x, columns, log, log_lengths, variant) + (log[2].exp() + 1e-6) * eye
+        cov = kernel(pairs, log, log_lengths, variant) + (log[2].exp() + 1e-6) * eye
         chol = torch.linalg.cholesky(cov)
         nll = 0.5 * (z[:, None] * torch.cholesky_solve(z[:, None], chol)).sum() + \
             chol.diagonal().log().sum()
@@ -89,11 +109,12 @@ def predict(train: Tensor, y: Tensor, others: Tensor, columns: dict[str, tuple[i
     """Posterior means at ``others`` in ``y``'s units; the fitted log hyperparameters."""
     mean, std = y.mean(), y.std()
     z = (y - mean) / std
-    log, log_lengths = fit(train, z, columns, variant, steps)
-    cov = kernel(train, train, columns, log, log_lengths, variant) + (
+    pairs = Pairs(train, train, columns)
+    log, log_lengths = fit(pairs, z, variant, steps)
+    cov = kernel(pairs, log, log_lengths, variant) + (
         log[2].exp() + 1e-6) * torch.eye(len(z), dtype=torch.float64)
     alpha = torch.cholesky_solve(z[:, None], torch.linalg.cholesky(cov))[:, 0]
-    out = kernel(others, train, columns, log, log_lengths, variant) @ alpha
+    out = kernel(Pairs(others, train, columns), log, log_lengths, variant) @ alpha
     return out * std + mean, log, log_lengths
 
 
@@ -106,14 +127,13 @@ def main() -> None:
     torch.set_num_threads(1)
     for name in args.sets:
         x, y, split, columns = read_features(args.data_dir / f"{name}.csv")
-        train = torch.from_numpy(split == "train")
+        train, others = torch.from_numpy(split == "train"), torch.from_numpy(split != "train")
+        where = split[split != "train"]
         for variant in args.variants:
-            others = torch.from_numpy(split != "train")
             # the GP keeps its training features in float16: the same values here
             pred, log, log_lengths = predict(x[train].half().double(), y[train], x[others],
                                              columns, variant)
             error = (pred - y[others]).abs()
-            where = split[split != "train"]
             row = {"set": name, "variant": variant,
                    "a_b_s_c": [round(float(v), 4) for v in log.exp()],
                    "lengthscale_median": round(float(log_lengths.exp().median()), 3)}
