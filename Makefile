@@ -70,7 +70,8 @@ gpu-bundle: venv $(if $(LOCAL_MIRROR),mirror)
 # lists them: Python 3.12, torch 2.11.0, lightning 2.6.6, torch-geometric 2.8.0.post1,
 # torchmetrics 1.9.0, numpy 2.5.2, pytest, networkx; no RDKit or ogb), about 5 GB from PyPI
 # (torch's CUDA build, which runs on the CPU), outside the checkout. `make image-rehearsal` then
-# runs in it the GPU smoke check's tests on the CPU and the campaign tests (the rehearsal of
+# runs in it the GPU smoke check's tests on the CPU (Triton kernels through its interpreter, which
+# must be on before anything imports Triton) and the campaign tests (the rehearsal of
 # gpu/run.sh included): what would break on the image's versions breaks here, before a lease is
 # spent on it. Not part of `make test` (CI has no internet).
 TWIN ?= ../image-twin
@@ -85,7 +86,8 @@ $(TWIN)/bin/python:
 image-twin: $(TWIN)/bin/python
 
 image-rehearsal: venv image-twin
-	GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=cpu PYTHONPATH=$(CURDIR) $(TWIN)/bin/python -m pytest \
+	GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=cpu TRITON_INTERPRET=1 PYTHONPATH=$(CURDIR) \
+		$(TWIN)/bin/python -m pytest \
 		-q -m gpu tests/gpu -p no:cacheprovider
 	GRAPHORMER_SEPNORM_IMAGE_PYTHON=$(abspath $(TWIN))/bin/python $(BIN)/pytest -q tests/campaign
 

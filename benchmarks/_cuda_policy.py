@@ -8,7 +8,10 @@
 - :func:`cuda_attention`: where the model chooses SDPA's fused CUDA kernel (heads padded,
   ``graphormer_sepnorm.nn.fused_attention.fused_head_dim``), it gets an opaque op with that kernel's
   inputs and outputs, one launch forward and one backward (``roofline::efficient_attention``):
-  on the CPU, SDPA with a bias that needs a gradient runs PyTorch's unfused math instead.
+  on the CPU, SDPA with a bias that needs a gradient runs PyTorch's unfused math instead. And
+  attention sequences take the row attention op (``graphormer_sepnorm.nn.row_attention``) where
+  CUDA would (``GRAPHORMER_SEPNORM_ROW_ATTENTION``, lengths up to its ``MAX_LENGTH``): an extern
+  call reading its inputs and writing its outputs, as its Triton kernels do.
 """
 
 from __future__ import annotations
@@ -170,9 +173,20 @@ def cuda_attention() -> Iterator[None]:
     attention.sdpa = lambda q, k, v, bias, p, scale: efficient_attention(q, k, v, bias, p,
                                                                          scale)[0]
     try:
+        from graphormer_sepnorm.nn import row_attention
+    except ImportError:  # code from before the row attention
+        row_attention = None
+    if row_attention is not None:
+        saved_rows = row_attention.applies
+        # as on CUDA once its kernels passed their check: the op (on the CPU, its reference)
+        row_attention.applies = lambda qkv, length: (row_attention.ENABLED
+                                                     and length <= row_attention.MAX_LENGTH)
+    try:
         yield
     finally:
         attention.fused_head_dim, attention.sdpa = saved
+        if row_attention is not None:
+            row_attention.applies = saved_rows
 
 
 

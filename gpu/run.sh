@@ -59,8 +59,12 @@ VERDICT="${TMPDIR:-/tmp}/graphormer-sepnorm-smoke.$$.verdict"
 SMOKE_LOG="${TMPDIR:-/tmp}/graphormer-sepnorm-smoke.$$.log"
 SMOKE_PID=
 smoke() {  # the smoke check, within $1 seconds; its verdict file says passed or failed
-    timeout -k 10 "$1" "$PY" -m pytest -q -m gpu "${SMOKE_TESTS:-tests/gpu}" \
-        -p no:cacheprovider >"$SMOKE_LOG" 2>&1
+    # on the CPU the Triton kernels' tests run through Triton's interpreter, which must be on
+    # before anything imports Triton
+    local interpret=0
+    [ "${GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE:-cuda}" = cpu ] && interpret=1
+    TRITON_INTERPRET=$interpret timeout -k 10 "$1" "$PY" -m pytest -q -m gpu \
+        "${SMOKE_TESTS:-tests/gpu}" -p no:cacheprovider >"$SMOKE_LOG" 2>&1
     local status=$?
     if [ "$status" = 0 ]; then echo passed >"$VERDICT"; else echo failed >"$VERDICT"; fi
     return "$status"
@@ -122,7 +126,8 @@ campaign() {  # the campaign within $1 seconds; further arguments are appended t
     shift
     say "campaign with ${seconds}s, CUDA attention ${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-efficient}," \
         "token rows ${GRAPHORMER_SEPNORM_TOKEN_ROWS:-1}, sequences ${GRAPHORMER_SEPNORM_SEQUENCES:-1}," \
-        "combo kernels ${GRAPHORMER_SEPNORM_COMBO_KERNELS:-1}"
+        "combo kernels ${GRAPHORMER_SEPNORM_COMBO_KERNELS:-1}," \
+        "row attention ${GRAPHORMER_SEPNORM_ROW_ATTENTION:-1}"
     # shellcheck disable=SC2086
     TORCH_LOGS="${CAMPAIGN_LOGS-recompiles,cudagraphs}" \
     timeout -k 10 $(( seconds > 0 ? seconds + 15 : 15 )) "$PY" -m graphormer_sepnorm.campaign \
@@ -148,7 +153,9 @@ say "compile cache: up to ${COMPILE_CACHE_MIB} MiB (tree ${TREE_KIB} KiB as it c
 # job, and the seconds left go to a second try with SDPA's math kernel (slower, proven on
 # every path) and without token rows or attention sequences (GRAPHORMER_SEPNORM_TOKEN_ROWS=0:
 # the grid, proven on an H200; both are new since 2026-11-28) or inductor's combo kernels
-# (GRAPHORMER_SEPNORM_COMBO_KERNELS=0, also new), which retries that job (a job is given up after two
+# (GRAPHORMER_SEPNORM_COMBO_KERNELS=0, also new; without rows there is no row attention
+# either, GRAPHORMER_SEPNORM_ROW_ATTENTION, whose Triton kernels check themselves against
+# their reference on first use and step aside with a warning), which retries that job (a job is given up after two
 # failures with one code) and goes on past a failure. On the GPU by default; FALLBACK=1 on the
 # CPU (its test).
 FALLBACK_ARGS=()

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.nn import row_attention
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias, padded_keys
 from graphormer_sepnorm.nn.layer import GraphormerLayer
@@ -147,13 +148,20 @@ def attend_rows(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
     The projected ``q, k, v`` are gathered into the grid ``[B, 1 + N, 3 * D]``, attended there
     with ``bias`` ``[B, H, 1 + N, 1 + N]``, and the output gathered back into rows before the
     output projection; with sequences (:attr:`GraphormerBatch.sequence_graph`) the same in the
-    ``[S, L]`` sequences, with their bias ``[S, H, L, L]``. With ``graph_token_only`` only the
+    ``[S, L]`` sequences, with their bias ``[S, H, L, L]`` (on CUDA with the gathers inside
+    the kernel where :func:`~.row_attention.applies`). With ``graph_token_only`` only the
     graph tokens attend, on the grid (``bias`` their rows, ``[B, H, 1, 1 + N]`` at least):
     ``[B, D]``.
     """
     b, n = batch.node_mask.shape
     qkv = attention.qkv(x)
     if batch.sequence_graph is not None and not graph_token_only:
+        if row_attention.applies(qkv, batch.sequence_graph.shape[-1]):
+            dim = qkv.shape[-1] // 3
+            return attention.out(row_attention.attend(
+                qkv, batch.sequence_row, batch.row_sequence, bias,
+                attention.dropout if attention.training else 0.0,
+                (dim // attention.num_heads) ** -0.5))
         qkv = qkv.index_select(0, batch.sequence_row).view(*batch.sequence_graph.shape, -1)
         rows, _ = attention.attend(qkv, bias)
         return attention.out(rows.index_select(0, batch.row_sequence))

@@ -15,6 +15,7 @@ from torchmetrics.aggregation import CatMetric
 
 from graphormer_sepnorm.compiling import compile_kwargs, eager
 from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.nn import row_attention
 from graphormer_sepnorm.nn.backends import Backend, set_backend
 from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.nn.model import Graphormer
@@ -197,7 +198,13 @@ class GraphormerModule(LightningModule):
         return self.task.to_predictions(out.float())
 
     def configure_model(self) -> None:
-        """Compiles the model once when ``compile`` is set (Lightning calls this per run)."""
+        """Compiles the model once when ``compile`` is set (Lightning calls this per run).
+
+        The row attention's kernels are checked first where they would run
+        (:func:`~graphormer_sepnorm.nn.row_attention.prepare`): not while the step compiles.
+        """
+        if self._trainer is not None:
+            row_attention.prepare(self.trainer.strategy.root_device)
         mode = self.hparams.get("compile")
         if not mode or self._compiled or not self._compiles_here():
             return

@@ -1,0 +1,178 @@
+"""Triton kernels of :mod:`~graphormer_sepnorm.nn.row_attention`: attention that reads token rows.
+
+One program per (sequence, head) holds the whole ``L x L`` block of its scores (``L`` at most
+:data:`~graphormer_sepnorm.nn.row_attention.MAX_LENGTH`): it loads each position's ``q, k, v``
+from the position's token row (``sequence_row``), its bias block, and stores the output in
+the row that owns the position (``row_sequence[row] == position``); padding positions' results
+are dropped. Heads of any size: loads and stores are masked to ``E`` of a power-of-two block,
+so nothing padded reaches memory. Dropout on the probabilities is drawn with ``tl.rand`` from a
+seed on the device and the element's offset; the backward draws the same mask again. The same
+launch's last programs (one per :data:`ROWS_PER_PROGRAM` rows and head) write zeros in the
+rows that own no position (the rows' padding), which the step reads as finite tokens.
+
+The products run in the accumulators' dtype (float32; float64 for float64 tests): their
+operands are small blocks in registers, and Triton's interpreter multiplies bf16 blocks wrongly
+(``tl.dot`` of two bf16 blocks, triton 3.6), so bf16 inputs are widened as they load.
+These run under ``TRITON_INTERPRET=1`` on CPU tensors too (``tests/gpu``: the image twin).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+#: Rows per orphan-zeroing program.
+ROWS_PER_PROGRAM = 32
+ROWS: tl.constexpr = tl.constexpr(ROWS_PER_PROGRAM)
+
+
+@triton.jit
+def _block(qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h, length, heads,
+           dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
+           BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
+           ACC: tl.constexpr):
+    """The block's rows, ownership, q, k, v, probabilities and dropout keep mask."""
+    i = tl.arange(0, BLOCK_L)
+    e = tl.arange(0, BLOCK_E)
+    inside = i < length
+    position = s * length + i
+    rows = tl.load(seq_row_ptr + position, mask=inside, other=0)
+    owned = inside & (tl.load(row_seq_ptr + rows, mask=inside, other=-1) == position)
+    where = rows[:, None] * (3 * dim) + h * head_dim + e[None, :]
+    loads = inside[:, None] & (e[None, :] < head_dim)
+    q = tl.load(qkv_ptr + where, mask=loads, other=0.0).to(ACC)
+    k = tl.load(qkv_ptr + where + dim, mask=loads, other=0.0).to(ACC)
+    v = tl.load(qkv_ptr + where + 2 * dim, mask=loads, other=0.0).to(ACC)
+    pair = inside[:, None] & inside[None, :]
+    block = ((s * heads + h) * length + i[:, None]) * length + i[None, :]
+    # keys past the length masked; queries past it get finite scores (never stored, and
+    # their zero gradients must not meet a NaN)
+    bias = tl.load(bias_ptr + block, mask=pair, other=0.0).to(ACC)
+    bias = tl.where(inside[None, :], bias, float("-inf"))
+    scores = tl.dot(q, tl.trans(k), out_dtype=ACC) * scale + bias
+    scores = scores - tl.max(scores, 1)[:, None]
+    probs = tl.exp(scores)
+    probs = probs / tl.sum(probs, 1)[:, None]
+    keep = probs == probs  # all true
+    if DROPOUT:
+        offsets = ((s * heads + h) * BLOCK_L + i[:, None]) * BLOCK_L + i[None, :]
+        keep = tl.rand(tl.load(seed_ptr), offsets) >= dropout_p
+    return rows, owned, where, loads, q, k, v, pair, block, probs, keep
+
+
+@triton.jit
+def _zero_orphans(out_ptr, seq_row_ptr, row_seq_ptr, block, h, count, width: tl.constexpr,
+                  dim: tl.constexpr, head_dim: tl.constexpr, PARTS: tl.constexpr,
+                  BLOCK_E: tl.constexpr):
+    """Zeros in head ``h``'s columns of each of ``PARTS`` parts of orphan rows of a block."""
+    r = block * ROWS + tl.arange(0, ROWS)
+    inside = r < count
+    position = tl.load(row_seq_ptr + r, mask=inside, other=0)
+    orphan = inside & (tl.load(seq_row_ptr + position, mask=inside, other=0) != r)
+    e = tl.arange(0, BLOCK_E)
+    where = r[:, None] * width + h * head_dim + e[None, :]
+    stores = orphan[:, None] & (e[None, :] < head_dim)
+    zeros = tl.zeros((ROWS, BLOCK_E), dtype=out_ptr.dtype.element_ty)
+    for part in tl.static_range(PARTS):
+        tl.store(out_ptr + where + part * dim, zeros, mask=stores)
+
+
+@triton.jit
+def _forward(qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, out_ptr, count, rows_count,
+             length, heads, dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
+             BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
+             ACC: tl.constexpr):
+    s, h = tl.program_id(0), tl.program_id(1)
+    if s >= count:
+        _zero_orphans(out_ptr, seq_row_ptr, row_seq_ptr, s - count, h, rows_count, dim, dim,
+                      head_dim, 1, BLOCK_E)
+    else:
+        rows, owned, where, loads, q, k, v, pair, block, probs, keep = _block(
+            qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h, length, heads, dim,
+            head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
+        if DROPOUT:
+            probs = tl.where(keep, probs / (1.0 - dropout_p), 0.0)
+        out = tl.dot(probs, v, out_dtype=ACC)
+        e = tl.arange(0, BLOCK_E)
+        tl.store(out_ptr + rows[:, None] * dim + h * head_dim + e[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=owned[:, None] & loads)
+
+
+@triton.jit
+def _gradients(grad_ptr, qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, grad_qkv_ptr,
+               grad_bias_ptr, s, h, length, heads, dim: tl.constexpr, head_dim: tl.constexpr,
+               scale, dropout_p, BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr,
+               DROPOUT: tl.constexpr, ACC: tl.constexpr):
+    """One (sequence, head) block's gradients: its owned rows' q, k, v and its bias."""
+    rows, owned, where, loads, q, k, v, pair, block, probs, keep = _block(
+        qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h, length, heads, dim,
+        head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
+    e = tl.arange(0, BLOCK_E)
+    # a position's output reached the step only where it was stored: its own row's
+    grad = tl.load(grad_ptr + rows[:, None] * dim + h * head_dim + e[None, :],
+                   mask=owned[:, None] & loads, other=0.0).to(ACC)
+    dropped = probs
+    if DROPOUT:
+        dropped = tl.where(keep, probs / (1.0 - dropout_p), 0.0)
+    grad_v = tl.dot(tl.trans(dropped), grad, out_dtype=ACC)
+    grad_probs = tl.dot(grad, tl.trans(v), out_dtype=ACC)
+    if DROPOUT:
+        grad_probs = tl.where(keep, grad_probs / (1.0 - dropout_p), 0.0)
+    grad_scores = probs * (grad_probs - tl.sum(grad_probs * probs, 1)[:, None])
+    tl.store(grad_bias_ptr + block, grad_scores.to(grad_bias_ptr.dtype.element_ty), mask=pair)
+    grad_q = tl.dot(grad_scores, k, out_dtype=ACC) * scale
+    grad_k = tl.dot(tl.trans(grad_scores), q, out_dtype=ACC) * scale
+    stores = owned[:, None] & loads
+    kind = grad_qkv_ptr.dtype.element_ty
+    tl.store(grad_qkv_ptr + where, grad_q.to(kind), mask=stores)
+    tl.store(grad_qkv_ptr + where + dim, grad_k.to(kind), mask=stores)
+    tl.store(grad_qkv_ptr + where + 2 * dim, grad_v.to(kind), mask=stores)
+
+
+@triton.jit
+def _backward(grad_ptr, qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, grad_qkv_ptr,
+              grad_bias_ptr, count, rows_count, length, heads, dim: tl.constexpr,
+              head_dim: tl.constexpr, scale, dropout_p, BLOCK_L: tl.constexpr,
+              BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr):
+    s, h = tl.program_id(0), tl.program_id(1)
+    if s >= count:
+        _zero_orphans(grad_qkv_ptr, seq_row_ptr, row_seq_ptr, s - count, h, rows_count,
+                      3 * dim, dim, head_dim, 3, BLOCK_E)
+    else:
+        _gradients(grad_ptr, qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr,
+                   grad_qkv_ptr, grad_bias_ptr, s, h, length, heads, dim, head_dim, scale,
+                   dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
+
+
+def _launch(qkv: Tensor, bias: Tensor, dropout_p: float) -> tuple[tuple[int, int], dict]:
+    """The grid (the sequences' programs, then the orphan blocks', per head) and constants."""
+    count, heads, length, _ = bias.shape
+    head_dim = qkv.shape[1] // 3 // heads
+    grid = (count + triton.cdiv(qkv.shape[0], ROWS_PER_PROGRAM), heads)
+    return grid, {"BLOCK_L": max(16, triton.next_power_of_2(length)),  # tl.dot's least: 16
+                  "BLOCK_E": max(16, triton.next_power_of_2(head_dim)),
+                  "DROPOUT": dropout_p > 0,
+                  "ACC": tl.float64 if qkv.dtype == torch.float64 else tl.float32}
+
+
+def forward(qkv: Tensor, sequence_row: Tensor, row_sequence: Tensor, bias: Tensor, seed: Tensor,
+            dropout_p: float, scale: float, out: Tensor) -> None:
+    """Writes each row's attention into ``out`` ``[T, D]`` (orphans: zeros); shapes as the op's."""
+    count, heads, length, _ = bias.shape
+    dim = qkv.shape[1] // 3
+    grid, constants = _launch(qkv, bias, dropout_p)
+    _forward[grid](qkv, sequence_row, row_sequence, bias, seed, out, count, qkv.shape[0],
+                   length, heads, dim, dim // heads, scale, dropout_p, **constants)
+
+
+def backward(grad: Tensor, qkv: Tensor, sequence_row: Tensor, row_sequence: Tensor,
+             bias: Tensor, seed: Tensor, dropout_p: float, scale: float, grad_qkv: Tensor,
+             grad_bias: Tensor) -> None:
+    """Writes the gradients of ``qkv`` (``[T, 3D]``) and ``bias`` (``[S, H, L, L]``)."""
+    count, heads, length, _ = bias.shape
+    dim = qkv.shape[1] // 3
+    grid, constants = _launch(qkv, bias, dropout_p)
+    _backward[grid](grad, qkv, sequence_row, row_sequence, bias, seed, grad_qkv, grad_bias,
+                    count, qkv.shape[0], length, heads, dim, dim // heads, scale, dropout_p,
+                    **constants)

@@ -1,0 +1,142 @@
+"""The row attention's Triton kernels against :func:`row_attention.reference`.
+
+On a GPU (the lease's smoke check) compiled; with ``GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=cpu``
+(``make image-rehearsal``, the image twin) through Triton's interpreter on CPU tensors. Skipped
+where Triton is missing (the project's CPU wheel has none). Outputs and both gradients against
+the reference, orphans zero, dropout's keep rate, its mask the same in the backward as in the
+forward (a float64 gradient check), and a model's token rows through the kernels computing what
+they compute with the gathers.
+"""
+
+import copy
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import torch
+
+DEVICE = torch.device(os.environ.get("GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE", "cuda"))
+if DEVICE.type == "cpu":
+    # @triton.jit reads it as it decorates, Triton's own library too: before anything imports
+    # Triton (torch.compile does), so `make image-rehearsal` sets it for the whole process
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from graphormer_sepnorm.nn import row_attention  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(),
+                                 reason="needs CUDA"),
+              pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                 reason="needs Triton")]
+#: float64 on the interpreter; on a GPU float32 (whose products are TF32: a looser tolerance)
+DTYPE = torch.float64 if DEVICE.type == "cpu" else torch.float32
+TOLERANCE = 1e-9 if DEVICE.type == "cpu" else 2e-2
+
+
+@pytest.fixture(autouse=True)
+def kernels_on_this_device(monkeypatch):
+    monkeypatch.setattr(row_attention, "INTERPRET", DEVICE.type == "cpu")
+
+
+def packed(sizes: list[int], count: int, length: int, padding_rows: int, seed: int = 0):
+    """Maps and a bias for graphs of ``sizes`` atoms in ``count`` sequences of ``length``.
+
+    Graph tokens are rows ``0..B-1``, atoms follow, then padding rows (pointing at random
+    positions); padding positions point at random real rows and share graph ``-1``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    graphs, atoms = len(sizes), sum(sizes)
+    sequence_row = torch.randint(0, graphs + atoms, (count * length,), generator=generator)
+    row_sequence = torch.randint(0, count * length, (graphs + atoms + padding_rows,),
+                                 generator=generator)
+    graph = torch.full((count * length,), -1)
+    fill, atom = [0] * count, graphs
+    for index, size in enumerate(sizes):
+        sequence = min(range(count), key=fill.__getitem__)
+        first = sequence * length + fill[sequence]
+        rows = [index, *range(atom, atom + size)]
+        positions = torch.arange(first, first + size + 1)
+        sequence_row[positions], graph[positions] = torch.tensor(rows), index
+        row_sequence[rows] = positions
+        fill[sequence], atom = fill[sequence] + size + 1, atom + size
+    assert max(fill) <= length
+    graph = graph.view(count, length)
+    same = graph[:, None, :, None] == graph[:, None, None, :]
+    bias = torch.randn(count, 4, length, length, generator=generator, dtype=DTYPE)
+    return (sequence_row.to(DEVICE), row_sequence.to(DEVICE),
+            bias.masked_fill(~same, float("-inf")).to(DEVICE), graphs + atoms + padding_rows)
+
+
+def test_kernels_compute_the_reference() -> None:
+    sequence_row, row_sequence, bias, rows = packed([3, 7, 1, 12, 5, 9, 2, 30], 3, 48, 5)
+    generator = torch.Generator().manual_seed(1)
+    qkv = torch.randn(rows, 120, generator=generator, dtype=DTYPE).to(DEVICE).requires_grad_()
+    bias.requires_grad_()
+    out = row_attention.attend(qkv, sequence_row, row_sequence, bias, 0.0, 10**-0.5)
+    expected = row_attention.reference(qkv, sequence_row, row_sequence, bias, 10**-0.5)
+    grad = torch.randn(out.shape, generator=generator, dtype=DTYPE).to(DEVICE)
+    got = torch.autograd.grad(out, (qkv, bias), grad)
+    want = torch.autograd.grad(expected, (qkv, bias), grad)
+    close = dict(atol=TOLERANCE, rtol=TOLERANCE)
+    torch.testing.assert_close(out, expected, **close)
+    assert not out[-5:].any() and not got[0][-5:].any()  # the padding rows own nothing
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, **close)
+
+
+def test_dropout_keeps_one_minus_p_and_differentiates_its_own_mask() -> None:
+    sequence_row, row_sequence, bias, rows = packed([10] * 12, 4, 48, 0)
+    # q = k = 0 and v = 1: each output is the kept share of its probabilities / (1 - p)
+    qkv = torch.cat([torch.zeros(rows, 80), torch.ones(rows, 40)], 1).to(DEVICE, DTYPE)
+    flat = torch.where(bias.isfinite(), 0.0, float("-inf"))
+    out = row_attention.attend(qkv, sequence_row, row_sequence, flat, 0.25, 0.5)
+    assert abs(out.mean().item() - 1.0) < 0.03
+    seed = torch.tensor([1234], device=DEVICE)
+    same = row_attention._row_attention(qkv, sequence_row, row_sequence, bias, seed, 0.25, 0.5)
+    again = row_attention._row_attention(qkv, sequence_row, row_sequence, bias, seed, 0.25,
+                                         0.5)
+    assert torch.equal(same, again)
+    if DTYPE != torch.float64:
+        return
+    small_row, small_sequence, small_bias, small_rows = packed([3, 5, 2], 2, 16, 2)
+    finite = small_bias.isfinite()
+    qkv = torch.randn(small_rows, 120, dtype=DTYPE, device=DEVICE, requires_grad=True)
+
+    def attention(qkv, values):
+        bias = small_bias.masked_scatter(finite, values)
+        return row_attention._row_attention(qkv, small_row, small_sequence, bias, seed, 0.3,
+                                            0.5)
+
+    values = small_bias[finite].clone().requires_grad_()
+    assert torch.autograd.gradcheck(attention, (qkv, values), eps=1e-6, atol=1e-6,
+                                    fast_mode=True)
+
+
+def test_token_rows_through_the_kernels_compute_what_the_gathers_do(monkeypatch) -> None:
+    from data.test_grid import mixed_graphs
+    from nn.test_backends import model_pair, run
+    from nn.test_token_rows import sequence_batches
+
+    from graphormer_sepnorm.data.grid import GridGraphs
+
+    model, _ = model_pair(DTYPE, multi_hop_max_dist=5)
+    model = model.to(DEVICE)
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    _, placed = sequence_batches(store, np.arange(len(store)), int(store.sizes.sum()) + 7)
+    placed = placed.to(DEVICE)
+    assert row_attention.verified(DEVICE)  # the first use's check passes (bf16, dropout)
+    calls = []
+    original = row_attention.attend
+    results = []
+    for enabled in (False, True):
+        monkeypatch.setattr(row_attention, "ENABLED", enabled)
+        monkeypatch.setattr(row_attention, "attend", lambda *a: calls.append(1) or original(*a))
+        results.append(run(copy.deepcopy(model), placed, True, graph_token_only=False))
+    assert len(calls) == 3
+    (out, tokens, grads, _), (out2, tokens2, grads2, _) = results
+    close = dict(atol=TOLERANCE * 10, rtol=TOLERANCE * 10)
+    torch.testing.assert_close(out, out2, **close)
+    torch.testing.assert_close(tokens, tokens2, **close)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, grads2[name], **close, msg=name)

@@ -1,0 +1,168 @@
+"""Attention read from and written to token rows (the op; its CPU reference computes it here).
+
+The contract: with the op, token rows in attention sequences compute what the gathers and SDPA
+compute, in float64 (outputs, tokens, every gradient, statistics), one model and packed
+replicas (the op's ``vmap`` rule); the ownership of rows and positions by hand; the op compiles.
+The Triton kernels themselves are checked against :func:`row_attention.reference` by
+``tests/gpu/test_row_attention_kernels.py`` (a GPU, or Triton's interpreter in the image twin).
+"""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from data.test_grid import mixed_graphs
+from nn.test_backends import assert_same, model_pair, run
+from nn.test_token_rows import sequence_batches
+
+from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.nn import row_attention
+from graphormer_sepnorm.training.packed import PackedReplicas
+
+
+def forced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Token rows take the op on the CPU (its reference); returns the list its calls fill."""
+    calls = []
+    original = row_attention.attend
+    monkeypatch.setattr(row_attention, "applies", lambda qkv, length: True)
+    monkeypatch.setattr(row_attention, "attend",
+                        lambda *a: calls.append(1) or original(*a))
+    return calls
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("options", [dict(), dict(sepnorm=False)])
+def test_row_attention_computes_what_the_gathers_do(train, options, monkeypatch) -> None:
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5, **options)
+    op_model = copy.deepcopy(model)
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    _, placed = sequence_batches(store, np.arange(len(store)), int(store.sizes.sum()) + 7)
+    expected = run(model, placed, train, graph_token_only=False)
+    calls = forced(monkeypatch)
+    got = run(op_model, placed, train, graph_token_only=False)
+    assert_same(expected, got, 1e-10)
+    assert len(calls) == 3  # each layer's
+
+
+def test_packed_replicas_fold_into_one_call(monkeypatch) -> None:
+    model, _ = model_pair(torch.float64, multi_hop_max_dist=5)
+    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    _, placed = sequence_batches(store, np.array([[0, 1, 2, 3, 4], [9, 8, 7, 6, 5]]), 80)
+    results = []
+    for force in (False, True):
+        with monkeypatch.context() as patch:
+            calls = forced(patch) if force else []
+            packed = PackedReplicas([copy.deepcopy(model), copy.deepcopy(model)]).train()
+            out = packed(placed)
+            out.pow(2).sum().backward()
+            results.append((out.detach(), packed.flat.grad.clone(), len(calls)))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-10, atol=1e-10)
+    assert results[1][2] == 2  # the last layer: graph tokens only, on the grid
+
+
+def by_hand() -> tuple[torch.Tensor, ...]:
+    """Two sequences of 4: graph A (token row 0, atoms 2, 3) and graph B (row 1, atom 4).
+
+    Row 5 is padding (it points at position 3, which row 4 does not own: B is at 4, 5);
+    positions 3, 6 and 7 are padding (they point at rows 1, 2 and 0).
+    """
+    sequence_row = torch.tensor([0, 2, 3, 1, 1, 4, 2, 0])
+    row_sequence = torch.tensor([0, 4, 1, 2, 5, 3])
+    graph = torch.tensor([[0, 0, 0, -1], [1, 1, -1, -1]])
+    same = graph[:, None, :, None] == graph[:, None, None, :]
+    bias = torch.randn(2, 2, 4, 4, dtype=torch.float64).masked_fill(~same, float("-inf"))
+    return sequence_row, row_sequence, bias
+
+
+def test_ownership_by_hand() -> None:
+    sequence_row, row_sequence, bias = by_hand()
+    owned = row_attention.owned_rows(sequence_row, row_sequence)
+    assert owned.tolist() == [True, True, True, True, True, False]
+    qkv = torch.randn(6, 12, dtype=torch.float64)
+    out = row_attention.attend(qkv, sequence_row, row_sequence, bias, 0.0, 0.5)
+    assert not out[5].any()  # the padding row
+    # row 4 (B's atom) attends over B's two tokens only: rows 1 and 4
+    q, k, v = qkv.view(6, 3, 2, 2).unbind(1)
+    for head in range(2):
+        scores = (k[[1, 4], head] @ q[4, head]) * 0.5 + bias[1, head, 1, :2]
+        expected = scores.softmax(0) @ v[[1, 4], head]
+        torch.testing.assert_close(out[4].view(2, 2)[head], expected)
+
+
+def test_compiled_op_equals_eager() -> None:
+    sequence_row, row_sequence, bias = by_hand()
+    qkv = torch.randn(6, 12, dtype=torch.float64, requires_grad=True)
+    bias.requires_grad_()
+
+    def step(function, qkv, bias):
+        out = function(qkv, sequence_row, row_sequence, bias, 0.0, 0.5)
+        return (out, *torch.autograd.grad(out.sin().sum(), (qkv, bias)))
+
+    eager = step(row_attention.attend, qkv, bias)
+    compiled = step(torch.compile(row_attention.attend, backend="aot_eager", fullgraph=True),
+                    qkv, bias)
+    for a, b in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_reference_dropout_keeps_one_minus_p_and_follows_the_seed() -> None:
+    shape = torch.Size([8, 4, 32, 32])
+    keep = row_attention.keep_mask(torch.tensor([7]), shape, 0.25)
+    assert abs(keep.double().mean().item() - 0.75) < 0.01
+    assert torch.equal(keep, row_attention.keep_mask(torch.tensor([7]), shape, 0.25))
+    assert not torch.equal(keep, row_attention.keep_mask(torch.tensor([8]), shape, 0.25))
+    assert row_attention.keep_mask(torch.tensor([7]), shape, 0.0) is None
+
+
+def test_applies_only_where_its_kernels_run(monkeypatch) -> None:
+    qkv = torch.zeros(4, 12)
+    monkeypatch.setattr(row_attention, "INTERPRET", False)
+    assert not row_attention.applies(qkv, 48)  # the CPU
+    monkeypatch.setattr(row_attention, "INTERPRET", True)
+    monkeypatch.setattr(row_attention, "HAS_TRITON", True)
+    monkeypatch.setattr(row_attention, "verified", lambda device: True)
+    assert row_attention.applies(qkv, row_attention.MAX_LENGTH)
+    assert not row_attention.applies(qkv, row_attention.MAX_LENGTH + 16)
+    monkeypatch.setattr(row_attention, "ENABLED", False)
+    assert not row_attention.applies(qkv, 48)
+
+
+def test_kernels_that_fail_or_disagree_are_not_used(monkeypatch) -> None:
+    def broken(*args):
+        raise RuntimeError("no such kernel")
+
+    def wrong(qkv, sequence_row, row_sequence, bias, dropout_p, scale):
+        return 2 * row_attention.reference(qkv, sequence_row, row_sequence, bias, scale)
+
+    cpu = torch.device("cpu")
+    for attend, message in ((broken, "failed on cpu"), (wrong, "disagree"),
+                            (row_attention.attend, None)):
+        monkeypatch.setattr(row_attention, "_VERIFIED", {})
+        monkeypatch.setattr(row_attention, "attend", attend)
+        if message is None:  # the CPU reference checks out against itself
+            assert row_attention.verified(cpu)
+            continue
+        with pytest.warns(UserWarning, match=message):
+            assert not row_attention.verified(cpu)
+        assert row_attention._VERIFIED == {"cpu": False}
+        assert not row_attention.verified(cpu)  # cached: no second check, no second warning
+
+
+def test_no_check_inside_vmap_and_prepare_checks_where_kernels_run(monkeypatch) -> None:
+    monkeypatch.setattr(row_attention, "_VERIFIED", {})
+    inside = torch.vmap(lambda x: x + row_attention.verified(torch.device("cpu")))(
+        torch.zeros(2))
+    assert inside.tolist() == [0.0, 0.0] and row_attention._VERIFIED == {}
+    checked = []
+    monkeypatch.setattr(row_attention, "verified", lambda device: checked.append(str(device)))
+    monkeypatch.setattr(row_attention, "HAS_TRITON", True)
+    monkeypatch.setattr(row_attention, "INTERPRET", False)
+    row_attention.prepare(torch.device("cpu"))
+    row_attention.prepare("cuda:1")
+    monkeypatch.setattr(row_attention, "INTERPRET", True)
+    row_attention.prepare("cpu")
+    monkeypatch.setattr(row_attention, "ENABLED", False)
+    row_attention.prepare("cuda:0")
+    assert checked == ["cuda:1", "cpu"]
