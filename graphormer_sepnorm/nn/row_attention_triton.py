@@ -2,19 +2,21 @@
 
 One program per (sequence, head) holds the whole ``L x L`` block of its scores (``L`` at most
 :data:`~graphormer_sepnorm.nn.row_attention.MAX_LENGTH`): it loads each position's ``q, k, v``
-from the position's token row (``sequence_row``), its bias block, and stores the output in
-the row that owns the position (``row_sequence[row] == position``); padding positions' results
-are dropped. Heads of any size: loads and stores are masked to ``E`` of a power-of-two block,
-so nothing padded reaches memory. Dropout on the probabilities is drawn with ``tl.rand`` from a
-seed on the device and the element's offset; the backward draws the same mask again. The same
-launch's last programs (one per :data:`ROWS_PER_PROGRAM` rows and head) write zeros in the
-rows that own no position (the rows' padding), which the step reads as finite tokens.
+from the position's token row (``sequence_row``) plus the projection's bias, and its bias
+block, and stores the output in the row that owns the position (``row_sequence[row] ==
+position``); padding positions' results are dropped. Heads of any size: loads and stores are
+masked to ``E`` of a power-of-two block, so nothing padded reaches memory. Dropout on the
+probabilities is drawn with ``tl.rand`` from a seed on the device and the element's offset;
+the backward draws the same mask again. The same launch's last programs (one per
+:data:`ROWS_PER_PROGRAM` rows and head) write zeros in the rows that own no position (the
+rows' padding), which the step reads as finite tokens.
 
 The products run in the accumulators' dtype (float32; float64 for float64 tests): their
 operands are small blocks in registers, and Triton's interpreter multiplies bf16 blocks wrongly
 (``tl.dot`` of two bf16 blocks, triton 3.6), so bf16 inputs are widened as they load.
 These run under ``TRITON_INTERPRET=1`` on CPU tensors too (``tests/gpu``: the image twin).
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +30,8 @@ ROWS: tl.constexpr = tl.constexpr(ROWS_PER_PROGRAM)
 
 
 @triton.jit
-def _block(qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h, length, heads,
-           dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
+def _block(qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
+           replica_rows, length, heads, dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
            BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
            ACC: tl.constexpr):
     """The block's rows, ownership, q, k, v, probabilities and dropout keep mask."""
@@ -41,9 +43,14 @@ def _block(qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h, length, 
     owned = inside & (tl.load(row_seq_ptr + rows, mask=inside, other=-1) == position)
     where = rows[:, None] * (3 * dim) + h * head_dim + e[None, :]
     loads = inside[:, None] & (e[None, :] < head_dim)
-    q = tl.load(qkv_ptr + where, mask=loads, other=0.0).to(ACC)
-    k = tl.load(qkv_ptr + where + dim, mask=loads, other=0.0).to(ACC)
-    v = tl.load(qkv_ptr + where + 2 * dim, mask=loads, other=0.0).to(ACC)
+    # the projection's bias: each row's replica's (rows of replica r: r * replica_rows on)
+    at = (rows // replica_rows)[:, None] * (3 * dim) + h * head_dim + e[None, :]
+    q = (tl.load(qkv_ptr + where, mask=loads, other=0.0).to(ACC)
+         + tl.load(qkv_bias_ptr + at, mask=loads, other=0.0).to(ACC))
+    k = (tl.load(qkv_ptr + where + dim, mask=loads, other=0.0).to(ACC)
+         + tl.load(qkv_bias_ptr + at + dim, mask=loads, other=0.0).to(ACC))
+    v = (tl.load(qkv_ptr + where + 2 * dim, mask=loads, other=0.0).to(ACC)
+         + tl.load(qkv_bias_ptr + at + 2 * dim, mask=loads, other=0.0).to(ACC))
     pair = inside[:, None] & inside[None, :]
     block = ((s * heads + h) * length + i[:, None]) * length + i[None, :]
     # keys past the length masked; queries past it get finite scores (never stored, and
@@ -79,18 +86,19 @@ def _zero_orphans(out_ptr, seq_row_ptr, row_seq_ptr, block, h, count, width: tl.
 
 
 @triton.jit
-def _forward(qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, out_ptr, count, rows_count,
-             length, heads, dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
-             BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
-             ACC: tl.constexpr):
+def _forward(qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, out_ptr, count,
+             rows_count, replica_rows, length, heads, dim: tl.constexpr,
+             head_dim: tl.constexpr, scale, dropout_p, BLOCK_L: tl.constexpr,
+             BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr):
     s, h = tl.program_id(0), tl.program_id(1)
     if s >= count:
         _zero_orphans(out_ptr, seq_row_ptr, row_seq_ptr, s - count, h, rows_count, dim, dim,
                       head_dim, 1, BLOCK_E)
     else:
         rows, owned, where, loads, q, k, v, pair, block, probs, keep = _block(
-            qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h, length, heads, dim,
-            head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
+            qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
+            replica_rows, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E,
+            DROPOUT, ACC)
         if DROPOUT:
             probs = tl.where(keep, probs / (1.0 - dropout_p), 0.0)
         out = tl.dot(probs, v, out_dtype=ACC)
@@ -100,14 +108,16 @@ def _forward(qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, out_ptr, cou
 
 
 @triton.jit
-def _gradients(grad_ptr, qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, grad_qkv_ptr,
-               grad_bias_ptr, s, h, length, heads, dim: tl.constexpr, head_dim: tl.constexpr,
-               scale, dropout_p, BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr,
-               DROPOUT: tl.constexpr, ACC: tl.constexpr):
+def _gradients(grad_ptr, qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr,
+               grad_qkv_ptr, grad_bias_ptr, s, h, replica_rows, length, heads,
+               dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
+               BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
+               ACC: tl.constexpr):
     """One (sequence, head) block's gradients: its owned rows' q, k, v and its bias."""
     rows, owned, where, loads, q, k, v, pair, block, probs, keep = _block(
-        qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h, length, heads, dim,
-        head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
+        qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
+        replica_rows, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E,
+        DROPOUT, ACC)
     e = tl.arange(0, BLOCK_E)
     # a position's output reached the step only where it was stored: its own row's
     grad = tl.load(grad_ptr + rows[:, None] * dim + h * head_dim + e[None, :],
@@ -131,18 +141,18 @@ def _gradients(grad_ptr, qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, 
 
 
 @triton.jit
-def _backward(grad_ptr, qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, grad_qkv_ptr,
-              grad_bias_ptr, count, rows_count, length, heads, dim: tl.constexpr,
-              head_dim: tl.constexpr, scale, dropout_p, BLOCK_L: tl.constexpr,
+def _backward(grad_ptr, qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr,
+              grad_qkv_ptr, grad_bias_ptr, count, rows_count, replica_rows, length, heads,
+              dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p, BLOCK_L: tl.constexpr,
               BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr):
     s, h = tl.program_id(0), tl.program_id(1)
     if s >= count:
         _zero_orphans(grad_qkv_ptr, seq_row_ptr, row_seq_ptr, s - count, h, rows_count,
                       3 * dim, dim, head_dim, 3, BLOCK_E)
     else:
-        _gradients(grad_ptr, qkv_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr,
-                   grad_qkv_ptr, grad_bias_ptr, s, h, length, heads, dim, head_dim, scale,
-                   dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
+        _gradients(grad_ptr, qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr,
+                   seed_ptr, grad_qkv_ptr, grad_bias_ptr, s, h, replica_rows, length, heads,
+                   dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
 
 
 def _launch(qkv: Tensor, bias: Tensor, dropout_p: float) -> tuple[tuple[int, int], dict]:
@@ -156,23 +166,24 @@ def _launch(qkv: Tensor, bias: Tensor, dropout_p: float) -> tuple[tuple[int, int
                   "ACC": tl.float64 if qkv.dtype == torch.float64 else tl.float32}
 
 
-def forward(qkv: Tensor, sequence_row: Tensor, row_sequence: Tensor, bias: Tensor, seed: Tensor,
-            dropout_p: float, scale: float, out: Tensor) -> None:
+def forward(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
+            bias: Tensor, seed: Tensor, dropout_p: float, scale: float, out: Tensor) -> None:
     """Writes each row's attention into ``out`` ``[T, D]`` (orphans: zeros); shapes as the op's."""
     count, heads, length, _ = bias.shape
     dim = qkv.shape[1] // 3
     grid, constants = _launch(qkv, bias, dropout_p)
-    _forward[grid](qkv, sequence_row, row_sequence, bias, seed, out, count, qkv.shape[0],
-                   length, heads, dim, dim // heads, scale, dropout_p, **constants)
+    _forward[grid](qkv, qkv_bias, sequence_row, row_sequence, bias, seed, out, count,
+                   qkv.shape[0], qkv.shape[0] // len(qkv_bias), length, heads, dim, dim // heads,
+                   scale, dropout_p, **constants)
 
 
-def backward(grad: Tensor, qkv: Tensor, sequence_row: Tensor, row_sequence: Tensor,
-             bias: Tensor, seed: Tensor, dropout_p: float, scale: float, grad_qkv: Tensor,
-             grad_bias: Tensor) -> None:
+def backward(grad: Tensor, qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
+             row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float, scale: float,
+             grad_qkv: Tensor, grad_bias: Tensor) -> None:
     """Writes the gradients of ``qkv`` (``[T, 3D]``) and ``bias`` (``[S, H, L, L]``)."""
     count, heads, length, _ = bias.shape
     dim = qkv.shape[1] // 3
     grid, constants = _launch(qkv, bias, dropout_p)
-    _backward[grid](grad, qkv, sequence_row, row_sequence, bias, seed, grad_qkv, grad_bias,
-                    count, qkv.shape[0], length, heads, dim, dim // heads, scale, dropout_p,
-                    **constants)
+    _backward[grid](grad, qkv, qkv_bias, sequence_row, row_sequence, bias, seed, grad_qkv,
+                    grad_bias, count, qkv.shape[0], qkv.shape[0] // len(qkv_bias), length,
+                    heads, dim, dim // heads, scale, dropout_p, **constants)

@@ -30,6 +30,7 @@ import os
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
@@ -154,22 +155,30 @@ def attend_rows(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
     ``[B, D]``.
     """
     b, n = batch.node_mask.shape
-    qkv = attention.qkv(x)
     if batch.sequence_graph is not None and not graph_token_only:
-        if row_attention.applies(qkv, batch.sequence_graph.shape[-1]):
-            dim = qkv.shape[-1] // 3
-            return attention.out(row_attention.attend(
-                qkv, batch.sequence_row, batch.row_sequence, bias,
-                attention.dropout if attention.training else 0.0,
-                (dim // attention.num_heads) ** -0.5))
-        qkv = qkv.index_select(0, batch.sequence_row).view(*batch.sequence_graph.shape, -1)
-        rows, _ = attention.attend(qkv, bias)
-        return attention.out(rows.index_select(0, batch.row_sequence))
-    qkv = qkv.index_select(0, batch.position_row).view(b, 1 + n, -1)
+        return attention.out(attend_sequences(attention, x, bias, batch))
+    qkv = attention.qkv(x).index_select(0, batch.position_row).view(b, 1 + n, -1)
     rows, _ = attention.attend(qkv, bias, queries=1 if graph_token_only else None)
     if not graph_token_only:
         rows = rows.index_select(0, batch.row_position)
     return attention.out(rows)
+
+
+def attend_sequences(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
+                     batch: GraphormerBatch) -> Tensor:
+    """Attention in sequences of normalized rows ``x`` ``[T, D]``: heads merged, ``[T, D]``.
+
+    Through :func:`~.row_attention.attend` where it applies (the projection's bias added in
+    its kernel), else ``q, k, v`` gathered into the sequences and the output gathered back.
+    """
+    if row_attention.applies(x, batch.sequence_graph.shape[-1]):
+        return row_attention.attend(
+            F.linear(x, attention.qkv.weight), attention.qkv.bias, batch.sequence_row,
+            batch.row_sequence, bias, attention.dropout if attention.training else 0.0,
+            (x.shape[-1] // attention.num_heads) ** -0.5)
+    qkv = attention.qkv(x).index_select(0, batch.sequence_row)
+    rows, _ = attention.attend(qkv.view(*batch.sequence_graph.shape, -1), bias)
+    return rows.index_select(0, batch.row_sequence)
 
 
 def normalize_rows(norm: nn.Module, x: Tensor, graphs: int) -> Tensor:

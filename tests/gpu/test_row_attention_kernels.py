@@ -72,12 +72,14 @@ def test_kernels_compute_the_reference() -> None:
     sequence_row, row_sequence, bias, rows = packed([3, 7, 1, 12, 5, 9, 2, 30], 3, 48, 5)
     generator = torch.Generator().manual_seed(1)
     qkv = torch.randn(rows, 120, generator=generator, dtype=DTYPE).to(DEVICE).requires_grad_()
+    qkv_bias = torch.randn(120, generator=generator, dtype=DTYPE).to(DEVICE).requires_grad_()
     bias.requires_grad_()
-    out = row_attention.attend(qkv, sequence_row, row_sequence, bias, 0.0, 10**-0.5)
-    expected = row_attention.reference(qkv, sequence_row, row_sequence, bias, 10**-0.5)
+    out = row_attention.attend(qkv, qkv_bias, sequence_row, row_sequence, bias, 0.0, 10**-0.5)
+    expected = row_attention.reference(qkv, qkv_bias, sequence_row, row_sequence, bias,
+                                       10**-0.5)
     grad = torch.randn(out.shape, generator=generator, dtype=DTYPE).to(DEVICE)
-    got = torch.autograd.grad(out, (qkv, bias), grad)
-    want = torch.autograd.grad(expected, (qkv, bias), grad)
+    got = torch.autograd.grad(out, (qkv, qkv_bias, bias), grad)
+    want = torch.autograd.grad(expected, (qkv, qkv_bias, bias), grad)
     close = dict(atol=TOLERANCE, rtol=TOLERANCE)
     torch.testing.assert_close(out, expected, **close)
     assert not out[-5:].any() and not got[0][-5:].any()  # the padding rows own nothing
@@ -90,12 +92,14 @@ def test_dropout_keeps_one_minus_p_and_differentiates_its_own_mask() -> None:
     # q = k = 0 and v = 1: each output is the kept share of its probabilities / (1 - p)
     qkv = torch.cat([torch.zeros(rows, 80), torch.ones(rows, 40)], 1).to(DEVICE, DTYPE)
     flat = torch.where(bias.isfinite(), 0.0, float("-inf"))
-    out = row_attention.attend(qkv, sequence_row, row_sequence, flat, 0.25, 0.5)
+    zero = torch.zeros(1, 120, device=DEVICE, dtype=DTYPE)
+    out = row_attention.attend(qkv, zero[0], sequence_row, row_sequence, flat, 0.25, 0.5)
     assert abs(out.mean().item() - 1.0) < 0.03
     seed = torch.tensor([1234], device=DEVICE)
-    same = row_attention._row_attention(qkv, sequence_row, row_sequence, bias, seed, 0.25, 0.5)
-    again = row_attention._row_attention(qkv, sequence_row, row_sequence, bias, seed, 0.25,
-                                         0.5)
+    same = row_attention._row_attention(qkv, zero, sequence_row, row_sequence, bias, seed, 0.25,
+                                        0.5)
+    again = row_attention._row_attention(qkv, zero, sequence_row, row_sequence, bias, seed,
+                                         0.25, 0.5)
     assert torch.equal(same, again)
     if DTYPE != torch.float64:
         return
@@ -103,13 +107,15 @@ def test_dropout_keeps_one_minus_p_and_differentiates_its_own_mask() -> None:
     finite = small_bias.isfinite()
     qkv = torch.randn(small_rows, 120, dtype=DTYPE, device=DEVICE, requires_grad=True)
 
-    def attention(qkv, values):
-        bias = small_bias.masked_scatter(finite, values)
-        return row_attention._row_attention(qkv, small_row, small_sequence, bias, seed, 0.3,
-                                            0.5)
-
     values = small_bias[finite].clone().requires_grad_()
-    assert torch.autograd.gradcheck(attention, (qkv, values), eps=1e-6, atol=1e-6,
+    qkv_bias = torch.randn(1, 120, dtype=DTYPE, device=DEVICE, requires_grad=True)
+
+    def attention(qkv, qkv_bias, values):
+        bias = small_bias.masked_scatter(finite, values)
+        return row_attention._row_attention(qkv, qkv_bias, small_row, small_sequence, bias,
+                                            seed, 0.3, 0.5)
+
+    assert torch.autograd.gradcheck(attention, (qkv, qkv_bias, values), eps=1e-6, atol=1e-6,
                                     fast_mode=True)
 
 

@@ -80,11 +80,11 @@ def test_ownership_by_hand() -> None:
     sequence_row, row_sequence, bias = by_hand()
     owned = row_attention.owned_rows(sequence_row, row_sequence)
     assert owned.tolist() == [True, True, True, True, True, False]
-    qkv = torch.randn(6, 12, dtype=torch.float64)
-    out = row_attention.attend(qkv, sequence_row, row_sequence, bias, 0.0, 0.5)
+    qkv, qkv_bias = torch.randn(6, 12, dtype=torch.float64), torch.randn(12, dtype=torch.float64)
+    out = row_attention.attend(qkv, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
     assert not out[5].any()  # the padding row
-    # row 4 (B's atom) attends over B's two tokens only: rows 1 and 4
-    q, k, v = qkv.view(6, 3, 2, 2).unbind(1)
+    # row 4 (B's atom) attends over B's two tokens only: rows 1 and 4 (plus the bias)
+    q, k, v = (qkv + qkv_bias).view(6, 3, 2, 2).unbind(1)
     for head in range(2):
         scores = (k[[1, 4], head] @ q[4, head]) * 0.5 + bias[1, head, 1, :2]
         expected = scores.softmax(0) @ v[[1, 4], head]
@@ -94,15 +94,15 @@ def test_ownership_by_hand() -> None:
 def test_compiled_op_equals_eager() -> None:
     sequence_row, row_sequence, bias = by_hand()
     qkv = torch.randn(6, 12, dtype=torch.float64, requires_grad=True)
+    qkv_bias = torch.randn(12, dtype=torch.float64, requires_grad=True)
     bias.requires_grad_()
 
-    def step(function, qkv, bias):
-        out = function(qkv, sequence_row, row_sequence, bias, 0.0, 0.5)
-        return (out, *torch.autograd.grad(out.sin().sum(), (qkv, bias)))
+    def step(function):
+        out = function(qkv, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
+        return (out, *torch.autograd.grad(out.sin().sum(), (qkv, qkv_bias, bias)))
 
-    eager = step(row_attention.attend, qkv, bias)
-    compiled = step(torch.compile(row_attention.attend, backend="aot_eager", fullgraph=True),
-                    qkv, bias)
+    eager = step(row_attention.attend)
+    compiled = step(torch.compile(row_attention.attend, backend="aot_eager", fullgraph=True))
     for a, b in zip(eager, compiled, strict=True):
         torch.testing.assert_close(a, b)
 
@@ -133,8 +133,9 @@ def test_kernels_that_fail_or_disagree_are_not_used(monkeypatch) -> None:
     def broken(*args):
         raise RuntimeError("no such kernel")
 
-    def wrong(qkv, sequence_row, row_sequence, bias, dropout_p, scale):
-        return 2 * row_attention.reference(qkv, sequence_row, row_sequence, bias, scale)
+    def wrong(qkv, qkv_bias, sequence_row, row_sequence, bias, dropout_p, scale):
+        return 2 * row_attention.reference(qkv, qkv_bias, sequence_row, row_sequence, bias,
+                                           scale)
 
     cpu = torch.device("cpu")
     for attend, message in ((broken, "failed on cpu"), (wrong, "disagree"),
@@ -166,3 +167,16 @@ def test_no_check_inside_vmap_and_prepare_checks_where_kernels_run(monkeypatch) 
     monkeypatch.setattr(row_attention, "ENABLED", False)
     row_attention.prepare("cuda:0")
     assert checked == ["cuda:1", "cpu"]
+
+
+def test_the_projection_bias_gradient_sums_each_replicas_rows() -> None:
+    sequence_row, row_sequence, bias = by_hand()
+    qkv = torch.randn(6, 12, dtype=torch.float64, requires_grad=True)
+    qkv_bias = torch.randn(12, dtype=torch.float64, requires_grad=True)
+    out = row_attention.attend(qkv, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
+    grads = torch.autograd.grad(out.sin().sum(), (qkv, qkv_bias))
+    zero = torch.zeros(12, dtype=torch.float64)
+    expected = row_attention.attend(qkv + qkv_bias, zero, sequence_row, row_sequence, bias, 0.0,
+                                    0.5)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grads[1], grads[0].sum(0))
