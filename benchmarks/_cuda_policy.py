@@ -179,8 +179,8 @@ def cuda_attention() -> Iterator[None]:
     if row_attention is not None:
         saved_rows = row_attention.applies
         # as on CUDA once its kernels passed their check: the op (on the CPU, its reference)
-        row_attention.applies = lambda qkv, length: (row_attention.ENABLED
-                                                     and length <= row_attention.MAX_LENGTH)
+        row_attention.applies = lambda rows, length: (row_attention.ENABLED
+                                                      and length <= row_attention.MAX_LENGTH)
     try:
         yield
     finally:

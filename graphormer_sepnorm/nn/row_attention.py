@@ -4,11 +4,12 @@ With attention sequences (:mod:`~graphormer_sepnorm.data.sequences`) each layer 
 projected ``q, k, v`` rows ``[T, 3D]`` into ``[S, L, 3D]``, padded the heads to SDPA's
 alignment (10 -> 16 dimensions for Graphormer-slim), attended, and gathered the output back to
 rows; in the backward both gathers became scatter-adds. Counted by ``gpu_roofline.py`` those
-moves were a third of a ZINC-subset step's bytes. :func:`attend` does the same attention with
-the gathers inside the kernel (Triton, :mod:`~.row_attention_triton`, on CUDA): each position's
-row is read where it lies, the output stored in the row that owns the position, heads at their
-own size, and nothing else is written but the output, the gradients and the bias's gradient.
-On other devices (and as the contract) :func:`reference` computes it with plain torch.
+moves and the padding were about a quarter of a packed ZINC-subset step's bytes. :func:`attend`
+does the same attention with the gathers inside the kernel (Triton,
+:mod:`~.row_attention_triton`, on CUDA): each position's row is read where it lies, the
+projection's bias added as it loads, the output stored in the row that owns the position, heads
+at their own size, and nothing else is written but the output, the gradients and the bias's
+gradient. On other devices (and as the contract) :func:`reference` computes it with plain torch.
 
 A row *owns* position ``p`` when ``row_sequence[row] == p`` and ``sequence_row[p] == row``.
 Every real token's row owns its position; a padding position is owned by no row (its result is
@@ -25,7 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["ENABLED", "MAX_LENGTH", "applies", "attend", "reference"]
+__all__ = ["ENABLED", "MAX_LENGTH", "applies", "attend", "keep_mask", "owned_rows", "prepare",
+           "reference", "verified"]
 
 #: Whether :func:`applies` lets token rows use the op on CUDA, from
 #: ``GRAPHORMER_SEPNORM_ROW_ATTENTION`` when the package is imported (``0``: gathers and SDPA,
@@ -42,13 +44,14 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 MAX_LENGTH = 64
 
 
-def applies(qkv: Tensor, length: int) -> bool:
-    """Whether token rows attend through :func:`attend` in sequences of ``length``.
+def applies(rows: Tensor, length: int) -> bool:
+    """Whether token ``rows`` attend through :func:`attend` in sequences of ``length``.
 
-    Where its kernels run (:func:`_kernels_here`: CUDA with Triton) and ``length`` is at most
-    :data:`MAX_LENGTH`; never when :data:`ENABLED` is false.
+    Where its kernels run (:func:`_kernels_here`: CUDA with Triton) and passed their check
+    (:func:`verified`), and ``length`` is at most :data:`MAX_LENGTH`; never when
+    :data:`ENABLED` is false.
     """
-    return ENABLED and length <= MAX_LENGTH and _kernels_here(qkv) and verified(qkv.device)
+    return ENABLED and length <= MAX_LENGTH and _kernels_here(rows) and verified(rows.device)
 
 
 def verified(device: torch.device) -> bool:
@@ -89,6 +92,7 @@ def _transformed() -> bool:
 
 
 def _check(device: torch.device) -> bool:
+    """The kernels against :func:`reference` on a small bf16 problem; a warning if not good."""
     generator = torch.Generator().manual_seed(0)
     graph = torch.arange(2 * 48).div(12, rounding_mode="floor").view(2, 48)  # 8 graphs of 12
     sequence_row = torch.arange(2 * 48, device=device)

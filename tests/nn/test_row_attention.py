@@ -25,7 +25,7 @@ def forced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Token rows take the op on the CPU (its reference); returns the list its calls fill."""
     calls = []
     original = row_attention.attend
-    monkeypatch.setattr(row_attention, "applies", lambda qkv, length: True)
+    monkeypatch.setattr(row_attention, "applies", lambda rows, length: True)
     monkeypatch.setattr(row_attention, "attend",
                         lambda *a: calls.append(1) or original(*a))
     return calls
