@@ -47,11 +47,12 @@ MAX_LENGTH = 64
 def applies(rows: Tensor, length: int) -> bool:
     """Whether token ``rows`` attend through :func:`attend` in sequences of ``length``.
 
-    Where its kernels run (:func:`_kernels_here`: CUDA with Triton) and passed their check
+    Where its kernels run (:func:`_kernels_on`: CUDA with Triton) and passed their check
     (:func:`verified`), and ``length`` is at most :data:`MAX_LENGTH`; never when
     :data:`ENABLED` is false.
     """
-    return ENABLED and length <= MAX_LENGTH and _kernels_here(rows) and verified(rows.device)
+    return (ENABLED and length <= MAX_LENGTH and _kernels_on(rows.device)
+            and verified(rows.device))
 
 
 def verified(device: torch.device) -> bool:
@@ -82,7 +83,7 @@ _VERIFIED: dict[str, bool] = {}
 def prepare(device: torch.device) -> None:
     """Checks the kernels on ``device`` if they would run there (before a step compiles)."""
     device = torch.device(device)
-    if ENABLED and HAS_TRITON and (device.type == "cuda" or INTERPRET):
+    if ENABLED and _kernels_on(device):
         verified(device)
 
 
@@ -126,9 +127,9 @@ def _check(device: torch.device) -> bool:
     return good
 
 
-def _kernels_here(qkv: Tensor) -> bool:
+def _kernels_on(device: torch.device) -> bool:
     """Triton there and CUDA, or its interpreter on the CPU (:data:`INTERPRET`, for tests)."""
-    return HAS_TRITON and (qkv.is_cuda or INTERPRET)
+    return HAS_TRITON and (device.type == "cuda" or INTERPRET)
 
 
 def attend(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
@@ -197,7 +198,7 @@ def reference(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence:
 @torch.library.custom_op("graphormer_sepnorm::row_attention", mutates_args=())
 def _row_attention(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
                    bias: Tensor, seed: Tensor, dropout_p: float, scale: float) -> Tensor:
-    if _kernels_here(qkv):
+    if _kernels_on(qkv.device):
         from graphormer_sepnorm.nn import row_attention_triton as kernels
 
         out = qkv.new_empty(qkv.shape[0], qkv.shape[1] // 3)
@@ -220,7 +221,7 @@ def _row_attention_backward(grad: Tensor, qkv: Tensor, qkv_bias: Tensor, sequenc
                             row_sequence: Tensor, bias: Tensor, seed: Tensor,
                             dropout_p: float, scale: float) -> tuple[Tensor, Tensor]:
     """The gradients of ``qkv`` (its bias's: summed over each replica's rows) and ``bias``."""
-    if _kernels_here(qkv):
+    if _kernels_on(qkv.device):
         from graphormer_sepnorm.nn import row_attention_triton as kernels
 
         grad_qkv, grad_bias = torch.empty_like(qkv), torch.empty_like(bias)

@@ -155,35 +155,35 @@ def _backward(grad_ptr, qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_pt
                    dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
 
 
-def _launch(qkv: Tensor, bias: Tensor, dropout_p: float) -> tuple[tuple[int, int], dict]:
-    """The grid (the sequences' programs, then the orphan blocks', per head) and constants."""
+def _launch(qkv: Tensor, qkv_bias: Tensor, bias: Tensor,
+            dropout_p: float) -> tuple[tuple[int, int], tuple[int, ...], dict]:
+    """The grid, the kernels' sizes and their constants.
+
+    The grid: the sequences' programs, then the orphan blocks', per head. The sizes, in the
+    kernels' order: sequences, rows, rows per replica, ``L``, heads, ``D``, ``E``.
+    """
     count, heads, length, _ = bias.shape
-    head_dim = qkv.shape[1] // 3 // heads
-    grid = (count + triton.cdiv(qkv.shape[0], ROWS_PER_PROGRAM), heads)
-    return grid, {"BLOCK_L": max(16, triton.next_power_of_2(length)),  # tl.dot's least: 16
-                  "BLOCK_E": max(16, triton.next_power_of_2(head_dim)),
-                  "DROPOUT": dropout_p > 0,
-                  "ACC": tl.float64 if qkv.dtype == torch.float64 else tl.float32}
+    rows, dim = qkv.shape[0], qkv.shape[1] // 3
+    grid = (count + triton.cdiv(rows, ROWS_PER_PROGRAM), heads)
+    sizes = (count, rows, rows // len(qkv_bias), length, heads, dim, dim // heads)
+    return grid, sizes, {"BLOCK_L": max(16, triton.next_power_of_2(length)),  # tl.dot's least
+                         "BLOCK_E": max(16, triton.next_power_of_2(dim // heads)),
+                         "DROPOUT": dropout_p > 0,
+                         "ACC": tl.float64 if qkv.dtype == torch.float64 else tl.float32}
 
 
 def forward(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
             bias: Tensor, seed: Tensor, dropout_p: float, scale: float, out: Tensor) -> None:
     """Writes each row's attention into ``out`` ``[T, D]`` (orphans: zeros); shapes as the op's."""
-    count, heads, length, _ = bias.shape
-    dim = qkv.shape[1] // 3
-    grid, constants = _launch(qkv, bias, dropout_p)
-    _forward[grid](qkv, qkv_bias, sequence_row, row_sequence, bias, seed, out, count,
-                   qkv.shape[0], qkv.shape[0] // len(qkv_bias), length, heads, dim, dim // heads,
-                   scale, dropout_p, **constants)
+    grid, sizes, constants = _launch(qkv, qkv_bias, bias, dropout_p)
+    _forward[grid](qkv, qkv_bias, sequence_row, row_sequence, bias, seed, out, *sizes, scale,
+                   dropout_p, **constants)
 
 
 def backward(grad: Tensor, qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
              row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float, scale: float,
              grad_qkv: Tensor, grad_bias: Tensor) -> None:
     """Writes the gradients of ``qkv`` (``[T, 3D]``) and ``bias`` (``[S, H, L, L]``)."""
-    count, heads, length, _ = bias.shape
-    dim = qkv.shape[1] // 3
-    grid, constants = _launch(qkv, bias, dropout_p)
+    grid, sizes, constants = _launch(qkv, qkv_bias, bias, dropout_p)
     _backward[grid](grad, qkv, qkv_bias, sequence_row, row_sequence, bias, seed, grad_qkv,
-                    grad_bias, count, qkv.shape[0], qkv.shape[0] // len(qkv_bias), length,
-                    heads, dim, dim // heads, scale, dropout_p, **constants)
+                    grad_bias, *sizes, scale, dropout_p, **constants)
