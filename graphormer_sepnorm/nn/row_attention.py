@@ -1,4 +1,4 @@
-"""Attention that reads ``q, k, v`` from token rows and writes its output to them, in one op.
+"""Attention that projects token rows to ``q, k, v`` and writes its output to them, in one op.
 
 With attention sequences (:mod:`~graphormer_sepnorm.data.sequences`) each layer gathered its
 projected ``q, k, v`` rows ``[T, 3D]`` into ``[S, L, 3D]``, padded the heads to SDPA's
@@ -6,10 +6,13 @@ alignment (10 -> 16 dimensions for Graphormer-slim), attended, and gathered the 
 rows; in the backward both gathers became scatter-adds. Counted by ``gpu_roofline.py`` those
 moves and the padding were about a quarter of a packed ZINC-subset step's bytes. :func:`attend`
 does the same attention with the gathers inside the kernel (Triton,
-:mod:`~.row_attention_triton`, on CUDA): each position's row is read where it lies, the
-projection's bias added as it loads, the output stored in the row that owns the position, heads
-at their own size, and nothing else is written but the output, the gradients and the bias's
-gradient. On other devices (and as the contract) :func:`reference` computes it with plain torch.
+:mod:`~.row_attention_triton`, on CUDA): each position's normalized row is read where it lies
+and projected to its head's ``q, k, v`` there (the ``[T, 3D]`` projection is never written in
+the forward), the output stored in the row that owns the position, heads at their own size.
+The backward writes the projection's gradient ``[T, 3D]`` (the input's and the weight's are
+two matrix products of it, outside) and the bias's gradient, and sums the projection bias's
+gradient per sequence as it goes. On other devices (and as the contract) :func:`reference`
+computes it with plain torch.
 
 A row *owns* position ``p`` when ``row_sequence[row] == p`` and ``sequence_row[p] == row``.
 Every real token's row owns its position; a padding position is owned by no row (its result is
@@ -101,21 +104,22 @@ def _check(device: torch.device) -> bool:
     # Graphormer-slim's heads (8 of 10) and ZINC's length: the kernels the step then reuses
     bias = torch.randn(2, 8, 48, 48, generator=generator).to(device).masked_fill(
         ~same, float("-inf"))
-    qkv = torch.randn(2 * 48, 240, generator=generator).to(device)
+    x = torch.randn(2 * 48, 80, generator=generator).to(device)
+    weight = torch.randn(240, 80, generator=generator).div(80**0.5).to(device)
     qkv_bias = torch.randn(240, generator=generator).to(device)
     scale = 10**-0.5
     try:
-        low = tuple(t.bfloat16().requires_grad_() for t in (qkv, bias, qkv_bias))
+        low = tuple(t.bfloat16().requires_grad_() for t in (x, weight, qkv_bias, bias))
         high = tuple(t.detach().double().requires_grad_() for t in low)
-        out = attend(low[0], low[2], sequence_row, sequence_row, low[1], 0.0, scale)
+        out = attend(*low[:3], sequence_row, sequence_row, low[3], 0.0, scale)
         got = (out, *torch.autograd.grad(out.float().sin().sum(), low))
-        dropped = attend(low[0], low[2], sequence_row, sequence_row, low[1], 0.1, scale)
+        dropped = attend(*low[:3], sequence_row, sequence_row, low[3], 0.1, scale)
         dropped = (dropped, *torch.autograd.grad(dropped.float().sin().sum(), low))
     except Exception as error:  # noqa: BLE001 (any failure means: do not use them)
         warnings.warn(f"row attention kernels failed on {device} ({error!r}): the gathers "
                       "and SDPA serve instead", stacklevel=2)
         return False
-    out = reference(high[0], high[2], sequence_row, sequence_row, high[1], scale)
+    out = reference(*high[:3], sequence_row, sequence_row, high[3], scale)
     want = (out, *torch.autograd.grad(out.sin().sum(), high))
     # within 3% of each tensor's largest value (bf16: sums of rounded rows cancel)
     pairs = zip(got, want, strict=True)
@@ -132,16 +136,15 @@ def _kernels_on(device: torch.device) -> bool:
     return HAS_TRITON and (device.type == "cuda" or INTERPRET)
 
 
-def attend(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
-           bias: Tensor, dropout_p: float, scale: float) -> Tensor:
+def attend(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
+           row_sequence: Tensor, bias: Tensor, dropout_p: float, scale: float) -> Tensor:
     """Each row's attention output ``[T, D]``, heads merged, before the output projection.
 
     Args:
-        qkv: projected rows ``[T, 3D]`` (q, then k, then v; heads of ``D / H`` each), before
-            the projection's bias.
-        qkv_bias: the projection's bias ``[3D]``, added as the kernel loads the rows (a
-            packed step's product and bias addition are separate kernels: this saves writing
-            the sum and reading it again).
+        x: normalized rows ``[T, D]``.
+        weight: the ``q, k, v`` projection's weight ``[3D, D]`` (q, then k, then v; heads of
+            ``D / H`` each), in ``x``'s dtype.
+        qkv_bias: the projection's bias ``[3D]``.
         sequence_row: ``[S * L]`` long, the row at each sequence position.
         row_sequence: ``[T]`` long, each row's position.
         bias: ``[S, H, L, L]``, ``-inf`` where a query must not see a key (each position
@@ -149,10 +152,10 @@ def attend(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Te
         dropout_p: dropout on the probabilities (0 in evaluation).
         scale: the scores' factor, ``(D / H) ** -0.5``.
     """
-    seed = torch.randint(0, 2**31 - 1, (1,), device=qkv.device) if dropout_p > 0 \
-        else torch.zeros(1, dtype=torch.long, device=qkv.device)
-    return _row_attention(qkv, qkv_bias.view(1, -1), sequence_row, row_sequence, bias, seed,
-                          dropout_p, scale)
+    seed = torch.randint(0, 2**31 - 1, (1,), device=x.device) if dropout_p > 0 \
+        else torch.zeros(1, dtype=torch.long, device=x.device)
+    return _row_attention(x, weight.unsqueeze(0), qkv_bias.view(1, -1), sequence_row,
+                          row_sequence, bias, seed, dropout_p, scale)
 
 
 def owned_rows(sequence_row: Tensor, row_sequence: Tensor) -> Tensor:
@@ -172,15 +175,30 @@ def keep_mask(seed: Tensor, shape: torch.Size, dropout_p: float) -> Tensor | Non
     return torch.rand(shape, generator=generator, device=seed.device) >= dropout_p
 
 
-def reference(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
-              bias: Tensor, scale: float, keep: Tensor | None = None,
+def reference(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
+              row_sequence: Tensor, bias: Tensor, scale: float, keep: Tensor | None = None,
               dropout_p: float = 0.0) -> Tensor:
-    """:func:`attend`'s function in plain torch: bias, gather, attend, gather back, orphans 0.
+    """:func:`attend`'s function in plain torch: project, gather, attend, gather back, orphans 0.
 
-    ``qkv_bias`` ``[R, 3D]`` or ``[3D]``: ``R`` replicas' biases, each for its ``T / R``
-    consecutive rows. ``keep`` ``[S, H, L, L]``: the probabilities kept by dropout (scaled by
-    ``1 / (1 - dropout_p)``), or ``None``.
+    ``weight`` ``[R, 3D, D]`` or ``[3D, D]`` and ``qkv_bias`` ``[R, 3D]`` or ``[3D]``: ``R``
+    replicas' projections, each for its ``T / R`` consecutive rows. ``keep``
+    ``[S, H, L, L]``: the probabilities kept by dropout (scaled by ``1 / (1 - dropout_p)``),
+    or ``None``.
     """
+    return _attend_projected(project(x, weight), qkv_bias, sequence_row, row_sequence, bias,
+                             scale, keep, dropout_p)
+
+
+def project(x: Tensor, weight: Tensor) -> Tensor:
+    """Each replica's rows of ``x`` ``[T, D]`` times its ``weight`` ``[R, 3D, D]``: ``[T, 3D]``."""
+    weight = weight.view(-1, *weight.shape[-2:])
+    return (x.view(len(weight), -1, x.shape[-1]) @ weight.transpose(1, 2)).view(len(x), -1)
+
+
+def _attend_projected(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
+                      bias: Tensor, scale: float, keep: Tensor | None,
+                      dropout_p: float) -> Tensor:
+    """:func:`reference` from the projected rows ``qkv`` ``[T, 3D]`` (before the bias)."""
     count, heads, length, _ = bias.shape
     dim = qkv.shape[1] // 3
     qkv_bias = qkv_bias.view(-1, 1, 3 * dim)
@@ -196,67 +214,95 @@ def reference(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence:
 
 
 @torch.library.custom_op("graphormer_sepnorm::row_attention", mutates_args=())
-def _row_attention(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
-                   bias: Tensor, seed: Tensor, dropout_p: float, scale: float) -> Tensor:
-    if _kernels_on(qkv.device):
+def _row_attention(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
+                   row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float,
+                   scale: float) -> Tensor:
+    if _kernels_on(x.device):
         from graphormer_sepnorm.nn import row_attention_triton as kernels
 
-        out = qkv.new_empty(qkv.shape[0], qkv.shape[1] // 3)
-        kernels.forward(qkv.contiguous(), qkv_bias.contiguous(), sequence_row.contiguous(),
-                        row_sequence.contiguous(), bias.contiguous(), seed, dropout_p, scale,
-                        out)
+        out = torch.empty_like(x)
+        kernels.forward(x.contiguous(), weight.contiguous(), qkv_bias.contiguous(),
+                        sequence_row.contiguous(), row_sequence.contiguous(), bias.contiguous(),
+                        seed, dropout_p, scale, out)
         return out
     keep = keep_mask(seed, bias.shape, dropout_p)
-    return reference(qkv, qkv_bias, sequence_row, row_sequence, bias, scale, keep, dropout_p)
+    return reference(x, weight, qkv_bias, sequence_row, row_sequence, bias, scale, keep,
+                     dropout_p)
 
 
 @_row_attention.register_fake
-def _(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor, bias: Tensor,
-      seed: Tensor, dropout_p: float, scale: float) -> Tensor:
-    return qkv.new_empty(qkv.shape[0], qkv.shape[1] // 3)
+def _(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
+      bias: Tensor, seed: Tensor, dropout_p: float, scale: float) -> Tensor:
+    return torch.empty_like(x)
 
 
 @torch.library.custom_op("graphormer_sepnorm::row_attention_backward", mutates_args=())
-def _row_attention_backward(grad: Tensor, qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
-                            row_sequence: Tensor, bias: Tensor, seed: Tensor,
-                            dropout_p: float, scale: float) -> tuple[Tensor, Tensor]:
-    """The gradients of ``qkv`` (its bias's: summed over each replica's rows) and ``bias``."""
-    if _kernels_on(qkv.device):
+def _row_attention_backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: Tensor,
+                            sequence_row: Tensor, row_sequence: Tensor, bias: Tensor,
+                            seed: Tensor, dropout_p: float,
+                            scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The gradients of the projection ``[T, 3D]`` and of ``bias``, and their sums per sequence.
+
+    The sums ``[S, 3D]`` (in at least float32): each sequence's, of the projection's gradient
+    over the rows that own its positions; the projection bias's gradient is their sum over
+    each replica's sequences.
+    """
+    if _kernels_on(x.device):
         from graphormer_sepnorm.nn import row_attention_triton as kernels
 
-        grad_qkv, grad_bias = torch.empty_like(qkv), torch.empty_like(bias)
-        kernels.backward(grad.contiguous(), qkv.contiguous(), qkv_bias.contiguous(),
-                         sequence_row.contiguous(), row_sequence.contiguous(),
-                         bias.contiguous(), seed, dropout_p, scale, grad_qkv, grad_bias)
-        return grad_qkv, grad_bias
+        grad_qkv, grad_bias, sums = _empty_gradients(x, weight, bias)
+        kernels.backward(grad.contiguous(), x.contiguous(), weight.contiguous(),
+                         qkv_bias.contiguous(), sequence_row.contiguous(),
+                         row_sequence.contiguous(), bias.contiguous(), seed, dropout_p, scale,
+                         grad_qkv, grad_bias, sums)
+        return grad_qkv, grad_bias, sums
     keep = keep_mask(seed, bias.shape, dropout_p)
-    _, vjp = torch.func.vjp(lambda a, b: reference(a, qkv_bias, sequence_row, row_sequence, b,
-                                                   scale, keep, dropout_p), qkv, bias)
-    return vjp(grad.to(qkv.dtype))
+    _, vjp = torch.func.vjp(lambda a, b: _attend_projected(
+        a, qkv_bias, sequence_row, row_sequence, b, scale, keep, dropout_p), project(x, weight),
+        bias)
+    grad_qkv, grad_bias = vjp(grad.to(x.dtype))
+    sequence = row_sequence // bias.shape[-1]  # an orphan row's gradient is zero
+    sums = _empty_gradients(x, weight, bias)[2].zero_()
+    sums.index_add_(0, sequence, grad_qkv.to(sums.dtype))
+    return grad_qkv, grad_bias, sums
+
+
+def _empty_gradients(x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Uninitialized gradients: the projection's, the bias's, the per-sequence sums."""
+    sums = x.new_empty(len(bias), weight.shape[-2],
+                       dtype=torch.promote_types(x.dtype, torch.float32))
+    return x.new_empty(len(x), weight.shape[-2]), torch.empty_like(bias), sums
 
 
 @_row_attention_backward.register_fake
-def _(grad: Tensor, qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
-      bias: Tensor, seed: Tensor, dropout_p: float, scale: float) -> tuple[Tensor, Tensor]:
-    return torch.empty_like(qkv), torch.empty_like(bias)
+def _(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
+      row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float,
+      scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    return _empty_gradients(x, weight, bias)
 
 
 def _save(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    qkv, qkv_bias, sequence_row, row_sequence, bias, seed, ctx.dropout_p, ctx.scale = inputs
-    ctx.save_for_backward(qkv, qkv_bias, sequence_row, row_sequence, bias, seed)
+    x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, ctx.dropout_p, ctx.scale = \
+        inputs
+    ctx.save_for_backward(x, weight, qkv_bias, sequence_row, row_sequence, bias, seed)
 
 
 def _backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
-    qkv, qkv_bias, sequence_row, row_sequence, bias, seed = ctx.saved_tensors
-    grad_qkv, grad_bias = _row_attention_backward(grad, qkv, qkv_bias, sequence_row,
-                                                  row_sequence, bias, seed, ctx.dropout_p,
-                                                  ctx.scale)
-    # the bias was added to each of its replica's rows
-    grad_qkv_bias = grad_qkv.view(len(qkv_bias), -1, grad_qkv.shape[1]).sum(1)
-    return grad_qkv, grad_qkv_bias.to(qkv_bias.dtype), None, None, grad_bias, None, None, None
+    x, weight, qkv_bias, sequence_row, row_sequence, bias, seed = ctx.saved_tensors
+    grad_qkv, grad_bias, sums = _row_attention_backward(
+        grad, x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, ctx.dropout_p,
+        ctx.scale)
+    # each replica's rows were projected by its weight, its bias added to them
+    replicas = len(weight)
+    per_replica = grad_qkv.view(replicas, -1, grad_qkv.shape[1])
+    grad_x = torch.bmm(per_replica, weight).view_as(x)
+    grad_weight = torch.bmm(per_replica.transpose(1, 2), x.view(replicas, -1, x.shape[1]))
+    grad_qkv_bias = sums.view(replicas, -1, sums.shape[1]).sum(1)
+    return (grad_x, grad_weight, grad_qkv_bias.to(qkv_bias.dtype), None, None, grad_bias, None,
+            None, None)
 
 
-def _fold(info: Any, in_dims: tuple[Any, ...], qkv: Tensor, qkv_bias: Tensor,
+def _fold(info: Any, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, qkv_bias: Tensor,
           sequence_row: Tensor, row_sequence: Tensor, bias: Tensor, seed: Tensor,
           dropout_p: float, scale: float) -> tuple[Tensor, int]:
     """Under vmap (packed replicas): the replicas' rows and sequences as one larger batch.
@@ -269,12 +315,13 @@ def _fold(info: Any, in_dims: tuple[Any, ...], qkv: Tensor, qkv_bias: Tensor,
     def lead(t: Tensor, dim: int | None) -> Tensor:
         return t.movedim(dim, 0) if dim is not None else t.expand(replicas, *t.shape)
 
-    qkv, qkv_bias, sequence_row, row_sequence, bias = (lead(t, d) for t, d in zip(
-        (qkv, qkv_bias, sequence_row, row_sequence, bias), in_dims[:5], strict=True))
-    seed = seed if in_dims[5] is None else seed.movedim(in_dims[5], 0)[0]
-    rows, positions = qkv.shape[1], sequence_row.shape[1]
-    shift = torch.arange(replicas, device=qkv.device)[:, None]
-    out = _row_attention(qkv.reshape(-1, qkv.shape[-1]), qkv_bias.reshape(replicas, -1),
+    x, weight, qkv_bias, sequence_row, row_sequence, bias = (lead(t, d) for t, d in zip(
+        (x, weight, qkv_bias, sequence_row, row_sequence, bias), in_dims[:6], strict=True))
+    seed = seed if in_dims[6] is None else seed.movedim(in_dims[6], 0)[0]
+    rows, positions = x.shape[1], sequence_row.shape[1]
+    shift = torch.arange(replicas, device=x.device)[:, None]
+    out = _row_attention(x.reshape(-1, x.shape[-1]), weight.reshape(-1, *weight.shape[-2:]),
+                         qkv_bias.reshape(replicas, -1),
                          (sequence_row + shift * rows).reshape(-1),
                          (row_sequence + shift * positions).reshape(-1),
                          bias.reshape(-1, *bias.shape[2:]), seed, dropout_p, scale)

@@ -1,10 +1,14 @@
 """Triton kernels of :mod:`~graphormer_sepnorm.nn.row_attention`: attention that reads token rows.
 
 One program per (sequence, head) holds the whole ``L x L`` block of its scores (``L`` at most
-:data:`~graphormer_sepnorm.nn.row_attention.MAX_LENGTH`): it loads each position's ``q, k, v``
-from the position's token row (``sequence_row``) plus the projection's bias, and its bias
-block, and stores the output in the row that owns the position (``row_sequence[row] ==
-position``); padding positions' results are dropped. Heads of any size: loads and stores are
+:data:`~graphormer_sepnorm.nn.row_attention.MAX_LENGTH`): it loads each position's normalized
+token row (``sequence_row``) and projects it to the head's ``q, k, v`` (its replica's weight
+rows and bias: a few ``[L, 16] x [16, E]`` products), loads its bias block, and stores the
+output in the row that owns the position (``row_sequence[row] == position``); padding
+positions' results are dropped. The backward projects again rather than read a stored
+projection, writes the projection's gradient for the rows it owns and the block's bias
+gradient, and sums the projection's gradient over the block's rows (the projection bias's
+gradient, per sequence). Heads of any size: loads and stores are
 masked to ``E`` of a power-of-two block, so nothing padded reaches memory. Dropout on the
 probabilities is drawn with ``tl.rand`` from a seed on the device and the element's offset;
 the backward draws the same mask again. The same launch's last programs (one per
@@ -27,12 +31,33 @@ from torch import Tensor
 #: Rows per orphan-zeroing program.
 ROWS_PER_PROGRAM = 32
 ROWS: tl.constexpr = tl.constexpr(ROWS_PER_PROGRAM)
+#: Columns of ``x`` and of the weight per step of the projection (``tl.dot``'s least inner size).
+CHUNK: tl.constexpr = tl.constexpr(16)
 
 
 @triton.jit
-def _block(qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
-           replica_rows, length, heads, dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
-           BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
+def _project(x_ptr, w_ptr, rows, inside, r, h, part: tl.constexpr, dim: tl.constexpr,
+             head_dim: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr,
+             ACC: tl.constexpr):
+    """Head ``h``'s ``part`` (0 q, 1 k, 2 v) of the rows: ``x[rows] @ W_r[part, h].T``."""
+    e = tl.arange(0, BLOCK_E)
+    d = tl.arange(0, CHUNK)
+    weight_rows = r * (3 * dim) + part * dim + h * head_dim + e
+    out = tl.zeros((BLOCK_L, BLOCK_E), dtype=ACC)
+    for first in tl.static_range(0, dim, CHUNK):
+        columns = first + d
+        x = tl.load(x_ptr + rows[:, None] * dim + columns[None, :],
+                    mask=inside[:, None] & (columns[None, :] < dim), other=0.0).to(ACC)
+        w = tl.load(w_ptr + weight_rows[:, None] * dim + columns[None, :],
+                    mask=(e[:, None] < head_dim) & (columns[None, :] < dim), other=0.0).to(ACC)
+        out += tl.dot(x, tl.trans(w), out_dtype=ACC)
+    return out
+
+
+@triton.jit
+def _block(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
+           replica_sequences, length, heads, dim: tl.constexpr, head_dim: tl.constexpr, scale,
+           dropout_p, BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
            ACC: tl.constexpr):
     """The block's rows, ownership, q, k, v, probabilities and dropout keep mask."""
     i = tl.arange(0, BLOCK_L)
@@ -41,16 +66,17 @@ def _block(qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, 
     position = s * length + i
     rows = tl.load(seq_row_ptr + position, mask=inside, other=0)
     owned = inside & (tl.load(row_seq_ptr + rows, mask=inside, other=-1) == position)
-    where = rows[:, None] * (3 * dim) + h * head_dim + e[None, :]
-    loads = inside[:, None] & (e[None, :] < head_dim)
-    # the projection's bias: each row's replica's (rows of replica r: r * replica_rows on)
-    at = (rows // replica_rows)[:, None] * (3 * dim) + h * head_dim + e[None, :]
-    q = (tl.load(qkv_ptr + where, mask=loads, other=0.0).to(ACC)
-         + tl.load(qkv_bias_ptr + at, mask=loads, other=0.0).to(ACC))
-    k = (tl.load(qkv_ptr + where + dim, mask=loads, other=0.0).to(ACC)
-         + tl.load(qkv_bias_ptr + at + dim, mask=loads, other=0.0).to(ACC))
-    v = (tl.load(qkv_ptr + where + 2 * dim, mask=loads, other=0.0).to(ACC)
-         + tl.load(qkv_bias_ptr + at + 2 * dim, mask=loads, other=0.0).to(ACC))
+    # the sequence's replica's projection (replica r: sequences r * replica_sequences on)
+    r = s // replica_sequences
+    at = r * (3 * dim) + h * head_dim + e
+    heads_e = e < head_dim
+    q = (_project(x_ptr, w_ptr, rows, inside, r, h, 0, dim, head_dim, BLOCK_L, BLOCK_E, ACC)
+         + tl.load(qkv_bias_ptr + at, mask=heads_e, other=0.0).to(ACC)[None, :])
+    k = (_project(x_ptr, w_ptr, rows, inside, r, h, 1, dim, head_dim, BLOCK_L, BLOCK_E, ACC)
+         + tl.load(qkv_bias_ptr + at + dim, mask=heads_e, other=0.0).to(ACC)[None, :])
+    v = (_project(x_ptr, w_ptr, rows, inside, r, h, 2, dim, head_dim, BLOCK_L, BLOCK_E, ACC)
+         + tl.load(qkv_bias_ptr + at + 2 * dim, mask=heads_e, other=0.0).to(ACC)[None, :])
+    loads = inside[:, None] & heads_e[None, :]
     pair = inside[:, None] & inside[None, :]
     block = ((s * heads + h) * length + i[:, None]) * length + i[None, :]
     # keys past the length masked; queries past it get finite scores (never stored, and
@@ -65,7 +91,7 @@ def _block(qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, 
     if DROPOUT:
         offsets = ((s * heads + h) * BLOCK_L + i[:, None]) * BLOCK_L + i[None, :]
         keep = tl.rand(tl.load(seed_ptr), offsets) >= dropout_p
-    return rows, owned, where, loads, q, k, v, pair, block, probs, keep
+    return rows, owned, loads, q, k, v, pair, block, probs, keep
 
 
 @triton.jit
@@ -86,8 +112,8 @@ def _zero_orphans(out_ptr, seq_row_ptr, row_seq_ptr, block, h, count, width: tl.
 
 
 @triton.jit
-def _forward(qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, out_ptr, count,
-             rows_count, replica_rows, length, heads, dim: tl.constexpr,
+def _forward(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, out_ptr,
+             count, rows_count, replica_sequences, length, heads, dim: tl.constexpr,
              head_dim: tl.constexpr, scale, dropout_p, BLOCK_L: tl.constexpr,
              BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr):
     s, h = tl.program_id(0), tl.program_id(1)
@@ -95,10 +121,10 @@ def _forward(qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr
         _zero_orphans(out_ptr, seq_row_ptr, row_seq_ptr, s - count, h, rows_count, dim, dim,
                       head_dim, 1, BLOCK_E)
     else:
-        rows, owned, where, loads, q, k, v, pair, block, probs, keep = _block(
-            qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
-            replica_rows, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E,
-            DROPOUT, ACC)
+        rows, owned, loads, q, k, v, pair, block, probs, keep = _block(
+            x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
+            replica_sequences, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L,
+            BLOCK_E, DROPOUT, ACC)
         if DROPOUT:
             probs = tl.where(keep, probs / (1.0 - dropout_p), 0.0)
         out = tl.dot(probs, v, out_dtype=ACC)
@@ -108,82 +134,94 @@ def _forward(qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr
 
 
 @triton.jit
-def _gradients(grad_ptr, qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr,
-               grad_qkv_ptr, grad_bias_ptr, s, h, replica_rows, length, heads,
-               dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
+def _gradients(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr,
+               seed_ptr, grad_qkv_ptr, grad_bias_ptr, sums_ptr, s, h, replica_sequences, length,
+               heads, dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
                BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
                ACC: tl.constexpr):
-    """One (sequence, head) block's gradients: its owned rows' q, k, v and its bias."""
-    rows, owned, where, loads, q, k, v, pair, block, probs, keep = _block(
-        qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
-        replica_rows, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E,
+    """One (sequence, head) block's gradients: its owned rows' q, k, v and their sums, its bias."""
+    rows, owned, loads, q, k, v, pair, block, probs, keep = _block(
+        x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
+        replica_sequences, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E,
         DROPOUT, ACC)
     e = tl.arange(0, BLOCK_E)
+    stores = owned[:, None] & loads
     # a position's output reached the step only where it was stored: its own row's
-    grad = tl.load(grad_ptr + rows[:, None] * dim + h * head_dim + e[None, :],
-                   mask=owned[:, None] & loads, other=0.0).to(ACC)
+    grad = tl.load(grad_ptr + rows[:, None] * dim + h * head_dim + e[None, :], mask=stores,
+                   other=0.0).to(ACC)
     dropped = probs
     if DROPOUT:
         dropped = tl.where(keep, probs / (1.0 - dropout_p), 0.0)
-    grad_v = tl.dot(tl.trans(dropped), grad, out_dtype=ACC)
+    grad_v = tl.where(stores, tl.dot(tl.trans(dropped), grad, out_dtype=ACC), 0.0)
     grad_probs = tl.dot(grad, tl.trans(v), out_dtype=ACC)
     if DROPOUT:
         grad_probs = tl.where(keep, grad_probs / (1.0 - dropout_p), 0.0)
     grad_scores = probs * (grad_probs - tl.sum(grad_probs * probs, 1)[:, None])
     tl.store(grad_bias_ptr + block, grad_scores.to(grad_bias_ptr.dtype.element_ty), mask=pair)
-    grad_q = tl.dot(grad_scores, k, out_dtype=ACC) * scale
-    grad_k = tl.dot(tl.trans(grad_scores), q, out_dtype=ACC) * scale
-    stores = owned[:, None] & loads
+    grad_q = tl.where(stores, tl.dot(grad_scores, k, out_dtype=ACC) * scale, 0.0)
+    grad_k = tl.where(stores, tl.dot(tl.trans(grad_scores), q, out_dtype=ACC) * scale, 0.0)
+    where = rows[:, None] * (3 * dim) + h * head_dim + e[None, :]
+    sums = sums_ptr + s * (3 * dim) + h * head_dim + e
     kind = grad_qkv_ptr.dtype.element_ty
     tl.store(grad_qkv_ptr + where, grad_q.to(kind), mask=stores)
     tl.store(grad_qkv_ptr + where + dim, grad_k.to(kind), mask=stores)
     tl.store(grad_qkv_ptr + where + 2 * dim, grad_v.to(kind), mask=stores)
+    heads_e = e < head_dim
+    tl.store(sums, tl.sum(grad_q, 0), mask=heads_e)
+    tl.store(sums + dim, tl.sum(grad_k, 0), mask=heads_e)
+    tl.store(sums + 2 * dim, tl.sum(grad_v, 0), mask=heads_e)
 
 
 @triton.jit
-def _backward(grad_ptr, qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr,
-              grad_qkv_ptr, grad_bias_ptr, count, rows_count, replica_rows, length, heads,
-              dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p, BLOCK_L: tl.constexpr,
-              BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr):
+def _backward(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr,
+              grad_qkv_ptr, grad_bias_ptr, sums_ptr, count, rows_count, replica_sequences,
+              length, heads, dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
+              BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
+              ACC: tl.constexpr):
     s, h = tl.program_id(0), tl.program_id(1)
     if s >= count:
         _zero_orphans(grad_qkv_ptr, seq_row_ptr, row_seq_ptr, s - count, h, rows_count,
                       3 * dim, dim, head_dim, 3, BLOCK_E)
     else:
-        _gradients(grad_ptr, qkv_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr,
-                   seed_ptr, grad_qkv_ptr, grad_bias_ptr, s, h, replica_rows, length, heads,
-                   dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT, ACC)
+        _gradients(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr,
+                   seed_ptr, grad_qkv_ptr, grad_bias_ptr, sums_ptr, s, h, replica_sequences,
+                   length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT,
+                   ACC)
 
 
-def _launch(qkv: Tensor, qkv_bias: Tensor, bias: Tensor,
+def _launch(x: Tensor, qkv_bias: Tensor, bias: Tensor,
             dropout_p: float) -> tuple[tuple[int, int], tuple[int, ...], dict]:
     """The grid, the kernels' sizes and their constants.
 
     The grid: the sequences' programs, then the orphan blocks', per head. The sizes, in the
-    kernels' order: sequences, rows, rows per replica, ``L``, heads, ``D``, ``E``.
+    kernels' order: sequences, rows, sequences per replica, ``L``, heads, ``D``, ``E``.
     """
     count, heads, length, _ = bias.shape
-    rows, dim = qkv.shape[0], qkv.shape[1] // 3
+    rows, dim = x.shape
     grid = (count + triton.cdiv(rows, ROWS_PER_PROGRAM), heads)
-    sizes = (count, rows, rows // len(qkv_bias), length, heads, dim, dim // heads)
+    sizes = (count, rows, count // len(qkv_bias), length, heads, dim, dim // heads)
     return grid, sizes, {"BLOCK_L": max(16, triton.next_power_of_2(length)),  # tl.dot's least
                          "BLOCK_E": max(16, triton.next_power_of_2(dim // heads)),
                          "DROPOUT": dropout_p > 0,
-                         "ACC": tl.float64 if qkv.dtype == torch.float64 else tl.float32}
+                         "ACC": tl.float64 if x.dtype == torch.float64 else tl.float32}
 
 
-def forward(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
-            bias: Tensor, seed: Tensor, dropout_p: float, scale: float, out: Tensor) -> None:
+def forward(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
+            row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float, scale: float,
+            out: Tensor) -> None:
     """Writes each row's attention into ``out`` ``[T, D]`` (orphans: zeros); shapes as the op's."""
-    grid, sizes, constants = _launch(qkv, qkv_bias, bias, dropout_p)
-    _forward[grid](qkv, qkv_bias, sequence_row, row_sequence, bias, seed, out, *sizes, scale,
-                   dropout_p, **constants)
+    grid, sizes, constants = _launch(x, qkv_bias, bias, dropout_p)
+    _forward[grid](x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, out, *sizes,
+                   scale, dropout_p, **constants)
 
 
-def backward(grad: Tensor, qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
+def backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
              row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float, scale: float,
-             grad_qkv: Tensor, grad_bias: Tensor) -> None:
-    """Writes the gradients of ``qkv`` (``[T, 3D]``) and ``bias`` (``[S, H, L, L]``)."""
-    grid, sizes, constants = _launch(qkv, qkv_bias, bias, dropout_p)
-    _backward[grid](grad, qkv, qkv_bias, sequence_row, row_sequence, bias, seed, grad_qkv,
-                    grad_bias, *sizes, scale, dropout_p, **constants)
+             grad_qkv: Tensor, grad_bias: Tensor, sums: Tensor) -> None:
+    """Writes the projection's and ``bias``'s gradients and the former's per-sequence sums.
+
+    Shapes: ``grad_qkv`` ``[T, 3D]``, ``grad_bias`` ``[S, H, L, L]``, ``sums`` ``[S, 3D]``.
+    """
+    grid, sizes, constants = _launch(x, qkv_bias, bias, dropout_p)
+    _backward[grid](grad, x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, grad_qkv,
+                    grad_bias, sums, *sizes, scale, dropout_p, **constants)

@@ -30,7 +30,6 @@ import os
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphormer_sepnorm.data.collate import GraphormerBatch
@@ -168,12 +167,14 @@ def attend_sequences(attention: BiasedMultiheadAttention, x: Tensor, bias: Tenso
                      batch: GraphormerBatch) -> Tensor:
     """Attention in sequences of normalized rows ``x`` ``[T, D]``: heads merged, ``[T, D]``.
 
-    Through :func:`~.row_attention.attend` where it applies (the projection's bias added in
-    its kernel), else ``q, k, v`` gathered into the sequences and the output gathered back.
+    Through :func:`~.row_attention.attend` where it applies (the ``q, k, v`` projection
+    inside its kernel), else ``q, k, v`` gathered into the sequences and the output gathered
+    back.
     """
     if row_attention.applies(x, batch.sequence_graph.shape[-1]):
+        # the weight in the rows' dtype, as autocast gives F.linear
         return row_attention.attend(
-            F.linear(x, attention.qkv.weight), attention.qkv.bias, batch.sequence_row,
+            x, attention.qkv.weight.to(x.dtype), attention.qkv.bias, batch.sequence_row,
             batch.row_sequence, bias, attention.dropout if attention.training else 0.0,
             (x.shape[-1] // attention.num_heads) ** -0.5)
     qkv = attention.qkv(x).index_select(0, batch.sequence_row)

@@ -68,18 +68,28 @@ def packed(sizes: list[int], count: int, length: int, padding_rows: int, seed: i
             bias.masked_fill(~same, float("-inf")).to(DEVICE), graphs + atoms + padding_rows)
 
 
+def projection(rows: int, replicas: int = 0, seed: int = 1) -> tuple[torch.Tensor, ...]:
+    """Rows ``[rows, 40]``, a weight ``[120, 40]`` and a bias ``[120]`` (``replicas`` of each
+    if given), needing gradients."""
+    generator = torch.Generator().manual_seed(seed)
+    lead = (replicas,) if replicas else ()
+    return tuple((torch.randn(*shape, generator=generator, dtype=DTYPE) * scale).to(DEVICE)
+                 .requires_grad_() for shape, scale in (((rows, 40), 1.0),
+                                                        ((*lead, 120, 40), 40**-0.5),
+                                                        ((*lead, 120), 1.0)))
+
+
 def test_kernels_compute_the_reference() -> None:
     sequence_row, row_sequence, bias, rows = packed([3, 7, 1, 12, 5, 9, 2, 30], 3, 48, 5)
-    generator = torch.Generator().manual_seed(1)
-    qkv = torch.randn(rows, 120, generator=generator, dtype=DTYPE).to(DEVICE).requires_grad_()
-    qkv_bias = torch.randn(120, generator=generator, dtype=DTYPE).to(DEVICE).requires_grad_()
+    x, weight, qkv_bias = projection(rows)
     bias.requires_grad_()
-    out = row_attention.attend(qkv, qkv_bias, sequence_row, row_sequence, bias, 0.0, 10**-0.5)
-    expected = row_attention.reference(qkv, qkv_bias, sequence_row, row_sequence, bias,
+    out = row_attention.attend(x, weight, qkv_bias, sequence_row, row_sequence, bias, 0.0,
+                               10**-0.5)
+    expected = row_attention.reference(x, weight, qkv_bias, sequence_row, row_sequence, bias,
                                        10**-0.5)
-    grad = torch.randn(out.shape, generator=generator, dtype=DTYPE).to(DEVICE)
-    got = torch.autograd.grad(out, (qkv, qkv_bias, bias), grad)
-    want = torch.autograd.grad(expected, (qkv, qkv_bias, bias), grad)
+    grad = torch.randn(out.shape, dtype=DTYPE).to(DEVICE)
+    got = torch.autograd.grad(out, (x, weight, qkv_bias, bias), grad)
+    want = torch.autograd.grad(expected, (x, weight, qkv_bias, bias), grad)
     close = dict(atol=TOLERANCE, rtol=TOLERANCE)
     torch.testing.assert_close(out, expected, **close)
     assert not out[-5:].any() and not got[0][-5:].any()  # the padding rows own nothing
@@ -87,36 +97,60 @@ def test_kernels_compute_the_reference() -> None:
         torch.testing.assert_close(a, b, **close)
 
 
+def test_each_replicas_sequences_take_its_projection() -> None:
+    # two replicas' rows and sequences side by side, as the op's vmap rule folds them
+    first, second = packed([3, 7, 1, 12], 2, 32, 3), packed([9, 2, 5], 2, 32, 11, seed=1)
+    rows = first[3]
+    assert rows == second[3]
+    sequence_row = torch.cat([first[0], second[0] + rows])
+    row_sequence = torch.cat([first[1], second[1] + len(first[0])])
+    bias = torch.cat([first[2], second[2]]).requires_grad_()
+    x, weight, qkv_bias = projection(2 * rows, replicas=2)
+    seed = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    out = row_attention._row_attention(x, weight, qkv_bias, sequence_row, row_sequence, bias,
+                                       seed, 0.0, 0.5)
+    expected = row_attention.reference(x, weight, qkv_bias, sequence_row, row_sequence, bias,
+                                       0.5)
+    grad = torch.randn(out.shape, dtype=DTYPE).to(DEVICE)
+    close = dict(atol=TOLERANCE, rtol=TOLERANCE)
+    torch.testing.assert_close(out, expected, **close)
+    for a, b in zip(torch.autograd.grad(out, (x, weight, qkv_bias, bias), grad),
+                    torch.autograd.grad(expected, (x, weight, qkv_bias, bias), grad),
+                    strict=True):
+        torch.testing.assert_close(a, b, **close)
+
+
 def test_dropout_keeps_one_minus_p_and_differentiates_its_own_mask() -> None:
     sequence_row, row_sequence, bias, rows = packed([10] * 12, 4, 48, 0)
-    # q = k = 0 and v = 1: each output is the kept share of its probabilities / (1 - p)
-    qkv = torch.cat([torch.zeros(rows, 80), torch.ones(rows, 40)], 1).to(DEVICE, DTYPE)
+    # q = k = 0 and v = 1 (a zero weight, v's bias 1): each output is the kept share of its
+    # probabilities / (1 - p)
+    x = torch.randn(rows, 40, device=DEVICE, dtype=DTYPE)
+    weight = torch.zeros(1, 120, 40, device=DEVICE, dtype=DTYPE)
+    ones = torch.cat([torch.zeros(1, 80), torch.ones(1, 40)], 1).to(DEVICE, DTYPE)
     flat = torch.where(bias.isfinite(), 0.0, float("-inf"))
-    zero = torch.zeros(1, 120, device=DEVICE, dtype=DTYPE)
-    out = row_attention.attend(qkv, zero[0], sequence_row, row_sequence, flat, 0.25, 0.5)
+    out = row_attention.attend(x, weight[0], ones[0], sequence_row, row_sequence, flat, 0.25,
+                               0.5)
     assert abs(out.mean().item() - 1.0) < 0.03
     seed = torch.tensor([1234], device=DEVICE)
-    same = row_attention._row_attention(qkv, zero, sequence_row, row_sequence, bias, seed, 0.25,
-                                        0.5)
-    again = row_attention._row_attention(qkv, zero, sequence_row, row_sequence, bias, seed,
-                                         0.25, 0.5)
+    x, weight, qkv_bias = projection(rows)
+    same, again = (row_attention._row_attention(x, weight[None], qkv_bias[None], sequence_row,
+                                                row_sequence, bias, seed, 0.25, 0.5)
+                   for _ in range(2))
     assert torch.equal(same, again)
     if DTYPE != torch.float64:
         return
     small_row, small_sequence, small_bias, small_rows = packed([3, 5, 2], 2, 16, 2)
     finite = small_bias.isfinite()
-    qkv = torch.randn(small_rows, 120, dtype=DTYPE, device=DEVICE, requires_grad=True)
-
     values = small_bias[finite].clone().requires_grad_()
-    qkv_bias = torch.randn(1, 120, dtype=DTYPE, device=DEVICE, requires_grad=True)
+    x, weight, qkv_bias = projection(small_rows, replicas=1)
 
-    def attention(qkv, qkv_bias, values):
+    def attention(x, weight, qkv_bias, values):
         bias = small_bias.masked_scatter(finite, values)
-        return row_attention._row_attention(qkv, qkv_bias, small_row, small_sequence, bias,
-                                            seed, 0.3, 0.5)
+        return row_attention._row_attention(x, weight, qkv_bias, small_row, small_sequence,
+                                            bias, seed, 0.3, 0.5)
 
-    assert torch.autograd.gradcheck(attention, (qkv, qkv_bias, values), eps=1e-6, atol=1e-6,
-                                    fast_mode=True)
+    assert torch.autograd.gradcheck(attention, (x, weight, qkv_bias, values), eps=1e-6,
+                                    atol=1e-6, fast_mode=True)
 
 
 def test_token_rows_through_the_kernels_compute_what_the_gathers_do(monkeypatch) -> None:

@@ -80,26 +80,32 @@ def test_ownership_by_hand() -> None:
     sequence_row, row_sequence, bias = by_hand()
     owned = row_attention.owned_rows(sequence_row, row_sequence)
     assert owned.tolist() == [True, True, True, True, True, False]
-    qkv, qkv_bias = torch.randn(6, 12, dtype=torch.float64), torch.randn(12, dtype=torch.float64)
-    out = row_attention.attend(qkv, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
+    x, weight, qkv_bias = (torch.randn(*shape, dtype=torch.float64)
+                           for shape in ((6, 4), (12, 4), (12,)))
+    out = row_attention.attend(x, weight, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
     assert not out[5].any()  # the padding row
     # row 4 (B's atom) attends over B's two tokens only: rows 1 and 4 (plus the bias)
-    q, k, v = (qkv + qkv_bias).view(6, 3, 2, 2).unbind(1)
+    q, k, v = (x @ weight.T + qkv_bias).view(6, 3, 2, 2).unbind(1)
     for head in range(2):
         scores = (k[[1, 4], head] @ q[4, head]) * 0.5 + bias[1, head, 1, :2]
         expected = scores.softmax(0) @ v[[1, 4], head]
         torch.testing.assert_close(out[4].view(2, 2)[head], expected)
 
 
-def test_compiled_op_equals_eager() -> None:
+def inputs() -> tuple[torch.Tensor, ...]:
+    """``by_hand()``'s maps and bias, and rows, a weight and a bias that need gradients."""
     sequence_row, row_sequence, bias = by_hand()
-    qkv = torch.randn(6, 12, dtype=torch.float64, requires_grad=True)
-    qkv_bias = torch.randn(12, dtype=torch.float64, requires_grad=True)
-    bias.requires_grad_()
+    x, weight, qkv_bias = (torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+                           for shape in ((6, 4), (12, 4), (12,)))
+    return x, weight, qkv_bias, sequence_row, row_sequence, bias.requires_grad_()
+
+
+def test_compiled_op_equals_eager() -> None:
+    x, weight, qkv_bias, sequence_row, row_sequence, bias = inputs()
 
     def step(function):
-        out = function(qkv, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
-        return (out, *torch.autograd.grad(out.sin().sum(), (qkv, qkv_bias, bias)))
+        out = function(x, weight, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
+        return (out, *torch.autograd.grad(out.sin().sum(), (x, weight, qkv_bias, bias)))
 
     eager = step(row_attention.attend)
     compiled = step(torch.compile(row_attention.attend, backend="aot_eager", fullgraph=True))
@@ -133,9 +139,9 @@ def test_kernels_that_fail_or_disagree_are_not_used(monkeypatch) -> None:
     def broken(*args):
         raise RuntimeError("no such kernel")
 
-    def wrong(qkv, qkv_bias, sequence_row, row_sequence, bias, dropout_p, scale):
-        return 2 * row_attention.reference(qkv, qkv_bias, sequence_row, row_sequence, bias,
-                                           scale)
+    def wrong(x, weight, qkv_bias, sequence_row, row_sequence, bias, dropout_p, scale):
+        return 2 * row_attention.reference(x, weight, qkv_bias, sequence_row, row_sequence,
+                                           bias, scale)
 
     cpu = torch.device("cpu")
     for attend, message in ((broken, "failed on cpu"), (wrong, "disagree"),
@@ -169,14 +175,26 @@ def test_no_check_inside_vmap_and_prepare_checks_where_kernels_run(monkeypatch) 
     assert checked == ["cuda:1", "cpu"]
 
 
-def test_the_projection_bias_gradient_sums_each_replicas_rows() -> None:
-    sequence_row, row_sequence, bias = by_hand()
-    qkv = torch.randn(6, 12, dtype=torch.float64, requires_grad=True)
-    qkv_bias = torch.randn(12, dtype=torch.float64, requires_grad=True)
-    out = row_attention.attend(qkv, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
-    grads = torch.autograd.grad(out.sin().sum(), (qkv, qkv_bias))
-    zero = torch.zeros(12, dtype=torch.float64)
-    expected = row_attention.attend(qkv + qkv_bias, zero, sequence_row, row_sequence, bias, 0.0,
-                                    0.5)
+def test_the_ops_gradients_are_the_references() -> None:
+    # the op's backward: the projection's gradient, two products and the per-sequence sums
+    x, weight, qkv_bias, sequence_row, row_sequence, bias = inputs()
+    wrt = (x, weight, qkv_bias, bias)
+    out = row_attention.attend(x, weight, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
+    expected = row_attention.reference(x, weight, qkv_bias, sequence_row, row_sequence, bias,
+                                       0.5)
     torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(grads[1], grads[0].sum(0))
+    for got, want in zip(torch.autograd.grad(out.sin().sum(), wrt),
+                         torch.autograd.grad(expected.sin().sum(), wrt), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_backward_sums_the_projection_gradient_per_sequence() -> None:
+    x, weight, qkv_bias, sequence_row, row_sequence, bias = inputs()
+    grad = torch.randn(6, 4, dtype=torch.float64)
+    grad_qkv, _, sums = row_attention._row_attention_backward(
+        grad, x, weight[None], qkv_bias[None], sequence_row, row_sequence, bias,
+        torch.zeros(1, dtype=torch.long), 0.0, 0.5)
+    assert not grad_qkv[5].any()  # the padding row owns nothing
+    # sequence 0 holds graph A (rows 0, 2, 3), sequence 1 graph B (rows 1, 4)
+    torch.testing.assert_close(sums, torch.stack([grad_qkv[[0, 2, 3]].sum(0),
+                                                  grad_qkv[[1, 4]].sum(0)]))
