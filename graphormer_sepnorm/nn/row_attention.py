@@ -100,9 +100,9 @@ def _check(device: torch.device) -> bool:
     generator = torch.Generator().manual_seed(0)
     graph = torch.arange(2 * 48).div(12, rounding_mode="floor").view(2, 48)  # 8 graphs of 12
     sequence_row = torch.arange(2 * 48, device=device)
-    same = (graph[:, None, :, None] == graph[:, None, None, :]).to(device)
+    same = (graph[:, :, None, None] == graph[:, None, :, None]).to(device)
     # Graphormer-slim's heads (8 of 10) and ZINC's length: the kernels the step then reuses
-    bias = torch.randn(2, 8, 48, 48, generator=generator).to(device).masked_fill(
+    bias = torch.randn(2, 48, 48, 8, generator=generator).to(device).masked_fill(
         ~same, float("-inf"))
     x = torch.randn(2 * 48, 80, generator=generator).to(device)
     weight = torch.randn(240, 80, generator=generator).div(80**0.5).to(device)
@@ -147,8 +147,8 @@ def attend(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
         qkv_bias: the projection's bias ``[3D]``.
         sequence_row: ``[S * L]`` long, the row at each sequence position.
         row_sequence: ``[T]`` long, each row's position.
-        bias: ``[S, H, L, L]``, ``-inf`` where a query must not see a key (each position
-            must see some finite key).
+        bias: ``[S, L, L, H]`` (heads last), ``-inf`` where a query must not see a key (each
+            position must see some finite key).
         dropout_p: dropout on the probabilities (0 in evaluation).
         scale: the scores' factor, ``(D / H) ** -0.5``.
     """
@@ -182,8 +182,8 @@ def reference(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
 
     ``weight`` ``[R, 3D, D]`` or ``[3D, D]`` and ``qkv_bias`` ``[R, 3D]`` or ``[3D]``: ``R``
     replicas' projections, each for its ``T / R`` consecutive rows. ``keep``
-    ``[S, H, L, L]``: the probabilities kept by dropout (scaled by ``1 / (1 - dropout_p)``),
-    or ``None``.
+    ``[S, H, L, L]`` (heads before positions, unlike ``bias``): the probabilities kept by
+    dropout (scaled by ``1 / (1 - dropout_p)``), or ``None``.
     """
     return _attend_projected(project(x, weight), qkv_bias, sequence_row, row_sequence, bias,
                              scale, keep, dropout_p)
@@ -199,7 +199,8 @@ def _attend_projected(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_s
                       bias: Tensor, scale: float, keep: Tensor | None,
                       dropout_p: float) -> Tensor:
     """:func:`reference` from the projected rows ``qkv`` ``[T, 3D]`` (before the bias)."""
-    count, heads, length, _ = bias.shape
+    count, length, _, heads = bias.shape
+    bias = bias.permute(0, 3, 1, 2)
     dim = qkv.shape[1] // 3
     qkv_bias = qkv_bias.view(-1, 1, 3 * dim)
     qkv = (qkv.view(len(qkv_bias), -1, 3 * dim) + qkv_bias).view(-1, 3 * dim)
@@ -225,7 +226,7 @@ def _row_attention(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Te
                         sequence_row.contiguous(), row_sequence.contiguous(), bias.contiguous(),
                         seed, dropout_p, scale, out)
         return out
-    keep = keep_mask(seed, bias.shape, dropout_p)
+    keep = keep_mask(seed, _probability_shape(bias), dropout_p)
     return reference(x, weight, qkv_bias, sequence_row, row_sequence, bias, scale, keep,
                      dropout_p)
 
@@ -256,15 +257,21 @@ def _row_attention_backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: T
                          row_sequence.contiguous(), bias.contiguous(), seed, dropout_p, scale,
                          grad_qkv, grad_bias, sums)
         return grad_qkv, grad_bias, sums
-    keep = keep_mask(seed, bias.shape, dropout_p)
+    keep = keep_mask(seed, _probability_shape(bias), dropout_p)
     _, vjp = torch.func.vjp(lambda a, b: _attend_projected(
         a, qkv_bias, sequence_row, row_sequence, b, scale, keep, dropout_p), project(x, weight),
         bias)
     grad_qkv, grad_bias = vjp(grad.to(x.dtype))
-    sequence = row_sequence // bias.shape[-1]  # an orphan row's gradient is zero
+    sequence = row_sequence // bias.shape[1]  # an orphan row's gradient is zero
     sums = _empty_gradients(x, weight, bias)[2].zero_()
     sums.index_add_(0, sequence, grad_qkv.to(sums.dtype))
     return grad_qkv, grad_bias, sums
+
+
+def _probability_shape(bias: Tensor) -> torch.Size:
+    """``[S, H, L, L]`` of a bias ``[S, L, L, H]``."""
+    count, length, _, heads = bias.shape
+    return torch.Size([count, heads, length, length])
 
 
 def _empty_gradients(x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -78,7 +78,8 @@ def _block(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_
          + tl.load(qkv_bias_ptr + at + 2 * dim, mask=heads_e, other=0.0).to(ACC)[None, :])
     loads = inside[:, None] & heads_e[None, :]
     pair = inside[:, None] & inside[None, :]
-    block = ((s * heads + h) * length + i[:, None]) * length + i[None, :]
+    # the bias [S, L, L, H], heads last
+    block = ((s * length + i[:, None]) * length + i[None, :]) * heads + h
     # keys past the length masked; queries past it get finite scores (never stored, and
     # their zero gradients must not meet a NaN)
     bias = tl.load(bias_ptr + block, mask=pair, other=0.0).to(ACC)
@@ -196,7 +197,7 @@ def _launch(x: Tensor, qkv_bias: Tensor, bias: Tensor,
     The grid: the sequences' programs, then the orphan blocks', per head. The sizes, in the
     kernels' order: sequences, rows, sequences per replica, ``L``, heads, ``D``, ``E``.
     """
-    count, heads, length, _ = bias.shape
+    count, length, _, heads = bias.shape
     rows, dim = x.shape
     grid = (count + triton.cdiv(rows, ROWS_PER_PROGRAM), heads)
     sizes = (count, rows, count // len(qkv_bias), length, heads, dim, dim // heads)
@@ -220,7 +221,7 @@ def backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence
              grad_qkv: Tensor, grad_bias: Tensor, sums: Tensor) -> None:
     """Writes the projection's and ``bias``'s gradients and the former's per-sequence sums.
 
-    Shapes: ``grad_qkv`` ``[T, 3D]``, ``grad_bias`` ``[S, H, L, L]``, ``sums`` ``[S, 3D]``.
+    Shapes: ``grad_qkv`` ``[T, 3D]``, ``grad_bias`` ``[S, L, L, H]``, ``sums`` ``[S, 3D]``.
     """
     grid, sizes, constants = _launch(x, qkv_bias, bias, dropout_p)
     _backward[grid](grad, x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, grad_qkv,

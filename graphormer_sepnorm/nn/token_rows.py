@@ -71,38 +71,44 @@ def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) ->
     """
     b, n = batch.node_mask.shape
     x = in_activation_dtype(model.input_dropout(embed_rows(model, batch)))
+    kernel = batch.sequence_graph is not None and \
+        row_attention.applies(x, batch.sequence_graph.shape[-1])
     bias = model.attention_bias(batch) if batch.sequence_graph is None else \
-        sequence_bias(model.attention_bias, batch)
+        sequence_bias(model.attention_bias, batch, heads_last=kernel)
     bias = bias.to(x.dtype)
     for index, layer in enumerate(model.layers):
         last = graph_token_only and index == len(model.layers) - 1
         if last and batch.sequence_graph is not None:
             # only the graph tokens attend: on the grid, whose graph-token rows need no pairs
             bias = graph_token_bias(model.attention_bias, batch).to(x.dtype)
-        x = layer_rows(layer, x, bias, batch, last)
+        x = layer_rows(layer, x, bias, batch, last, kernel)
     x = normalize_rows(model.final_norm, x, b)
     if graph_token_only:
         return x[:b, None]
     return x.index_select(0, batch.position_row).view(b, 1 + n, -1)
 
 
-def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch) -> Tensor:
+def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch,
+                  heads_last: bool = False) -> Tensor:
     """The bias of attention sequences ``[S, H, L, L]``: block-diagonal, one block a graph.
 
     Within a graph as on the grid (:class:`~graphormer_sepnorm.nn.bias_encoders.AttentionBias`:
     a pair of atoms its pair bias, a pair with the graph token the virtual distance); ``-inf``
     between graphs. Padding positions share graph ``-1``, so each sees some finite key and
-    softmax never yields NaN.
+    softmax never yields NaN. ``heads_last``: ``[S, L, L, H]``, the pairs' own order, which
+    the row attention kernels read (the pair bias's sums over hops then write it in place,
+    with no permuted float32 copy between).
     """
     pair = encoders.pair_bias(batch)  # [S * L * L, H]: the sequences' position pairs
     graph = batch.sequence_graph  # [S, L]
     count, length = graph.shape
-    token = (batch.sequence_row < batch.node_mask.shape[0]).view(count, 1, 1, length)
-    same = (graph.unsqueeze(-1) == graph.unsqueeze(-2)).unsqueeze(1)
-    virtual = encoders.virtual_distance.view(1, -1, 1, 1).to(pair.dtype)
-    pair = pair.view(count, length, length, -1).permute(0, 3, 1, 2)
-    within = torch.where(token | token.transpose(-1, -2), virtual, pair)
-    return within.masked_fill(~same, float("-inf"))
+    token = (batch.sequence_row < batch.node_mask.shape[0]).view(count, 1, length, 1)
+    same = (graph.unsqueeze(-1) == graph.unsqueeze(-2)).unsqueeze(-1)
+    virtual = encoders.virtual_distance.to(pair.dtype)
+    pair = pair.view(count, length, length, -1)
+    within = torch.where(token | token.transpose(1, 2), virtual, pair).masked_fill(
+        ~same, float("-inf"))
+    return within if heads_last else within.permute(0, 3, 1, 2)
 
 
 def graph_token_bias(encoders: AttentionBias, batch: GraphormerBatch) -> Tensor:
@@ -130,11 +136,14 @@ def embed_rows(model: Graphormer, batch: GraphormerBatch) -> Tensor:
 
 
 def layer_rows(layer: GraphormerLayer, x: Tensor, bias: Tensor, batch: GraphormerBatch,
-               graph_token_only: bool = False) -> Tensor:
-    """:meth:`GraphormerLayer.forward` on rows ``x`` ``[T, D]`` (``[B, D]`` if graph only)."""
+               graph_token_only: bool = False, kernel: bool = False) -> Tensor:
+    """:meth:`GraphormerLayer.forward` on rows ``x`` ``[T, D]`` (``[B, D]`` if graph only).
+
+    ``kernel``: sequences attend through :func:`~.row_attention.attend` (``bias`` heads last).
+    """
     b = batch.node_mask.shape[0]
     attended = attend_rows(layer.attention, normalize_rows(layer.attn_norm, x, b), bias, batch,
-                           graph_token_only)
+                           graph_token_only, kernel)
     if graph_token_only:
         x = x[:b]
     x = x + layer.dropout(attended)
@@ -142,20 +151,21 @@ def layer_rows(layer: GraphormerLayer, x: Tensor, bias: Tensor, batch: Graphorme
 
 
 def attend_rows(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
-                batch: GraphormerBatch, graph_token_only: bool = False) -> Tensor:
+                batch: GraphormerBatch, graph_token_only: bool = False,
+                kernel: bool = False) -> Tensor:
     """Attention with its projections on normalized rows ``x`` ``[T, D]`` -> ``[T, D]``.
 
     The projected ``q, k, v`` are gathered into the grid ``[B, 1 + N, 3 * D]``, attended there
     with ``bias`` ``[B, H, 1 + N, 1 + N]``, and the output gathered back into rows before the
     output projection; with sequences (:attr:`GraphormerBatch.sequence_graph`) the same in the
-    ``[S, L]`` sequences, with their bias ``[S, H, L, L]`` (on CUDA with the gathers inside
-    the kernel where :func:`~.row_attention.applies`). With ``graph_token_only`` only the
+    ``[S, L]`` sequences, with their bias ``[S, H, L, L]`` (with ``kernel``, inside
+    :func:`~.row_attention.attend`, the bias ``[S, L, L, H]``). With ``graph_token_only`` only the
     graph tokens attend, on the grid (``bias`` their rows, ``[B, H, 1, 1 + N]`` at least):
     ``[B, D]``.
     """
     b, n = batch.node_mask.shape
     if batch.sequence_graph is not None and not graph_token_only:
-        return attention.out(attend_sequences(attention, x, bias, batch))
+        return attention.out(attend_sequences(attention, x, bias, batch, kernel))
     qkv = attention.qkv(x).index_select(0, batch.position_row).view(b, 1 + n, -1)
     rows, _ = attention.attend(qkv, bias, queries=1 if graph_token_only else None)
     if not graph_token_only:
@@ -164,14 +174,14 @@ def attend_rows(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
 
 
 def attend_sequences(attention: BiasedMultiheadAttention, x: Tensor, bias: Tensor,
-                     batch: GraphormerBatch) -> Tensor:
+                     batch: GraphormerBatch, kernel: bool = False) -> Tensor:
     """Attention in sequences of normalized rows ``x`` ``[T, D]``: heads merged, ``[T, D]``.
 
-    Through :func:`~.row_attention.attend` where it applies (the ``q, k, v`` projection
-    inside its kernel), else ``q, k, v`` gathered into the sequences and the output gathered
-    back.
+    With ``kernel`` through :func:`~.row_attention.attend` (the ``q, k, v`` projection inside
+    its kernel; ``bias`` ``[S, L, L, H]``), else ``q, k, v`` gathered into the sequences and
+    the output gathered back (``bias`` ``[S, H, L, L]``).
     """
-    if row_attention.applies(x, batch.sequence_graph.shape[-1]):
+    if kernel:
         # the weight in the rows' dtype, as autocast gives F.linear
         return row_attention.attend(
             x, attention.qkv.weight.to(x.dtype), attention.qkv.bias, batch.sequence_row,

@@ -62,8 +62,8 @@ def packed(sizes: list[int], count: int, length: int, padding_rows: int, seed: i
         fill[sequence], atom = fill[sequence] + size + 1, atom + size
     assert max(fill) <= length
     graph = graph.view(count, length)
-    same = graph[:, None, :, None] == graph[:, None, None, :]
-    bias = torch.randn(count, 4, length, length, generator=generator, dtype=DTYPE)
+    same = graph[:, :, None, None] == graph[:, None, :, None]
+    bias = torch.randn(count, length, length, 4, generator=generator, dtype=DTYPE)  # heads last
     return (sequence_row.to(DEVICE), row_sequence.to(DEVICE),
             bias.masked_fill(~same, float("-inf")).to(DEVICE), graphs + atoms + padding_rows)
 

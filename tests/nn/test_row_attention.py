@@ -71,8 +71,9 @@ def by_hand() -> tuple[torch.Tensor, ...]:
     sequence_row = torch.tensor([0, 2, 3, 1, 1, 4, 2, 0])
     row_sequence = torch.tensor([0, 4, 1, 2, 5, 3])
     graph = torch.tensor([[0, 0, 0, -1], [1, 1, -1, -1]])
-    same = graph[:, None, :, None] == graph[:, None, None, :]
-    bias = torch.randn(2, 2, 4, 4, dtype=torch.float64).masked_fill(~same, float("-inf"))
+    same = graph[:, :, None, None] == graph[:, None, :, None]
+    # heads last, [S, L, L, H]
+    bias = torch.randn(2, 4, 4, 2, dtype=torch.float64).masked_fill(~same, float("-inf"))
     return sequence_row, row_sequence, bias
 
 
@@ -87,7 +88,7 @@ def test_ownership_by_hand() -> None:
     # row 4 (B's atom) attends over B's two tokens only: rows 1 and 4 (plus the bias)
     q, k, v = (x @ weight.T + qkv_bias).view(6, 3, 2, 2).unbind(1)
     for head in range(2):
-        scores = (k[[1, 4], head] @ q[4, head]) * 0.5 + bias[1, head, 1, :2]
+        scores = (k[[1, 4], head] @ q[4, head]) * 0.5 + bias[1, 1, :2, head]
         expected = scores.softmax(0) @ v[[1, 4], head]
         torch.testing.assert_close(out[4].view(2, 2)[head], expected)
 
