@@ -80,7 +80,8 @@ class GraphormerBatch:
     real ones: ``x`` and ``degree`` have ``B * N`` rows and ``node_slot`` is ``arange(B * N)``;
     the pairs are all ``P = B * N * N`` of the grid, in order (``pair_slot`` is ``arange(P)``,
     padded pairs at distance 0); ``hop_edge`` and ``hop_index`` are ``[P, S]``, ``S`` hop slots
-    per pair, a slot past the path's length with ``hop_index >= K`` (it counts for nothing), and
+    per pair, slot ``s`` hop ``s`` (``hop_index`` an expanded ``arange(S)``, no memory of its
+    own), counting only below the pair's distance and ``K``, and
     ``hop_pair`` is ``arange(P)``; ``edge_attr`` holds one row per edge *type* and ``hop_edge``
     indexes it. Shapes then depend on ``B``, ``N`` and ``S`` only. ``pair_spd``, ``hop_index``
     and ``hop_edge`` keep the small integer types of the store (``int8``, ``uint8``).

@@ -77,7 +77,7 @@ class GridGraphs:
         self.sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
         self._lengths: dict[int, np.ndarray] = {}
         self._compiled_gather: Callable[[Tensor, int], tuple[Tensor | None, ...]] | None = None
-        self._aranges: dict[tuple[int, torch.device], Tensor] = {}
+        self._aranges: dict[tuple[int | str, torch.device], Tensor] = {}
         host = _host_arrays(graphs, multi_hop_max_dist)
         self.hop_slots = host["path"].shape[1]
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
@@ -123,10 +123,11 @@ class GridGraphs:
             gather = self._compiled_gather
         # the gathers' own outputs (no views of them leave a compiled function: dynamo would
         # fakeify a compiled model's view inputs from their bases' symbolic sizes)
-        x, degree, node_mask, spd, hop_index, hop_edge, y, mol_x, row_position, position_row, \
+        x, degree, node_mask, spd, hop_edge, y, mol_x, row_position, position_row, \
             row_sequence, sequence_row, sequence_graph = gather(index, length, atom_rows,
                                                                 sequences)
         lead, grid_atoms, spd = index.shape[:-1], node_mask.flatten(-2), spd.flatten(-3)
+        hop_edge = hop_edge.flatten(-4, -2)
         if sequence_graph is not None:  # [..., S, L]: the model reads the sequences' shape
             sequence_graph = sequence_graph.unflatten(-1, sequences[1:])
         grid_pairs = self._arange(spd.shape[-1], index.device).expand(spd.shape)
@@ -140,8 +141,9 @@ class GridGraphs:
             pair_slot=grid_pairs,
             pair_spd=spd,
             hop_pair=grid_pairs,
-            hop_index=hop_index.flatten(-4, -2),
-            hop_edge=hop_edge.flatten(-4, -2),
+            # each pair's slot s is hop s (a view: [P, S] of the slots' arange, nothing moved)
+            hop_index=self._slots(index.device).expand(hop_edge.shape),
+            hop_edge=hop_edge,
             y=y,
             mol_x=mol_x,
             layout="replica_grid" if lead else "grid",
@@ -151,6 +153,15 @@ class GridGraphs:
             sequence_row=sequence_row,
             sequence_graph=sequence_graph,
         )
+
+    def _slots(self, device: torch.device) -> Tensor:
+        """The hop slots ``arange(S)`` in the store's small integer type (made once)."""
+        key = ("slots", device)
+        if key not in self._aranges:
+            self._aranges[key] = torch.arange(
+                self.hop_slots, device=device,
+                dtype=torch.uint8 if self.multi_hop_max_dist < 256 else torch.long)
+        return self._aranges[key]
 
     def _arange(self, size: int, device: torch.device) -> Tensor:
         """``arange(size)``, made once per size (no kernel at each step)."""
@@ -162,7 +173,7 @@ class GridGraphs:
     def _gather(self, index: Tensor, length: int, atom_rows: int | None = None,
                 sequences: Sequences | None = None) -> tuple[Tensor | None, ...]:
         """The batch's fields as ``[..., B, N(, N, S)]`` blocks (see :meth:`batch`)."""
-        t, k = self.tensors, self.multi_hop_max_dist
+        t = self.tensors
         n = t["num_nodes"][index].unsqueeze(-1)  # [..., B, 1]
         pos = torch.arange(length, device=index.device)
         node_mask = pos < n  # [..., B, N]
@@ -181,14 +192,11 @@ class GridGraphs:
         # pair fields in the store's small integer types (the model widens them where it
         # indexes): [P, S] long hop lists were the step's largest inputs
         spd = torch.where(pair_mask, t["spd"][pair], 0)  # [..., B, N, N]
-        slots = torch.arange(self.hop_slots, device=index.device,
-                             dtype=torch.uint8 if k < 256 else torch.long)
-        hop_index = torch.where(slots < spd.clamp(min=0).unsqueeze(-1), slots, k)
         rows = (None, None) if atom_rows is None else row_maps(n.squeeze(-1), length, atom_rows)
         maps = (None,) * 3 if placed is None else \
             attention_sequences.sequence_maps(n.squeeze(-1), *sequences, atom_rows, placed)
-        return (t["x"][atom].long(), t["degree"][atom].long(), node_mask, spd, hop_index,
-                t["path"][pair], None if self.y is None else self.y[index],
+        return (t["x"][atom].long(), t["degree"][atom].long(), node_mask, spd, t["path"][pair],
+                None if self.y is None else self.y[index],
                 None if self.mol_x is None else self.mol_x[index], *rows, *maps)
 
     def atom_rows_for(self, batch_size: int, sigmas: float = 6.0, multiple: int = 64) -> int:

@@ -128,16 +128,14 @@ class EdgePathEncoder(nn.Module):
 
     def _per_pair(self, edge_attr: Tensor, hop_edge: Tensor, hop_index: Tensor,
                   spd: Tensor) -> Tensor:
-        """The grid layout's sums: ``hop_edge``, ``hop_index`` ``[P, S]``, ``S`` slots a pair.
-
-        Each pair's slots gathered and summed (``vmap`` batches it, not ``embedding_bag``).
-        """
+        """Grid layout (``hop_index`` ``[P, S]``): each pair's first ``min(d, K)`` slots summed."""
         k = self.multi_hop_max_dist
         if self.encoding == "simple":
             return self.edge_embedding(edge_attr)[hop_edge[:, 0].long()] * (spd == 1).unsqueeze(1)
         table = _sum_precision(self.hop_table(edge_attr))
         rows = hop_index.clamp(max=k - 1).int() * len(edge_attr) + hop_edge.int()  # int32 saved
-        out = (F.embedding(rows, table) * (hop_index < k).unsqueeze(-1).to(table.dtype)).sum(1)
+        kept = (hop_index < spd.clamp(min=0, max=k).unsqueeze(-1)).unsqueeze(-1).to(table.dtype)
+        out = (F.embedding(rows, table) * kept).sum(1)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
 
