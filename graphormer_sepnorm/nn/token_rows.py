@@ -74,7 +74,7 @@ def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) ->
     kernel = batch.sequence_graph is not None and \
         row_attention.applies(x, batch.sequence_graph.shape[-1])
     bias = model.attention_bias(batch) if batch.sequence_graph is None else \
-        sequence_bias(model.attention_bias, batch, heads_last=kernel)
+        sequence_bias(model.attention_bias, batch, heads_last=kernel, dtype=x.dtype)
     bias = bias.to(x.dtype)
     for index, layer in enumerate(model.layers):
         last = graph_token_only and index == len(model.layers) - 1
@@ -88,8 +88,8 @@ def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) ->
     return x.index_select(0, batch.position_row).view(b, 1 + n, -1)
 
 
-def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch,
-                  heads_last: bool = False) -> Tensor:
+def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch, heads_last: bool = False,
+                  dtype: torch.dtype | None = None) -> Tensor:
     """The bias of attention sequences ``[S, H, L, L]``: block-diagonal, one block a graph.
 
     Within a graph as on the grid (:class:`~graphormer_sepnorm.nn.bias_encoders.AttentionBias`:
@@ -97,9 +97,12 @@ def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch,
     between graphs. Padding positions share graph ``-1``, so each sees some finite key and
     softmax never yields NaN. ``heads_last``: ``[S, L, L, H]``, the pairs' own order, which
     the row attention kernels read (the pair bias's sums over hops then write it in place,
-    with no permuted float32 copy between).
+    with no permuted float32 copy between). ``dtype``: the pair bias's, before the virtual
+    distance and ``-inf`` go in (the layers'; its gradient summed over the layers is then
+    stored in it too, not in float32).
     """
     pair = encoders.pair_bias(batch)  # [S * L * L, H]: the sequences' position pairs
+    pair = pair if dtype is None else pair.to(dtype)
     graph = batch.sequence_graph  # [S, L]
     count, length = graph.shape
     token = (batch.sequence_row < batch.node_mask.shape[0]).view(count, 1, length, 1)
