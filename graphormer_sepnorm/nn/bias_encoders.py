@@ -46,8 +46,8 @@ class SpatialEncoder(nn.Module):
 
     def forward(self, spd: Tensor) -> Tensor:
         """Per-head bias of each pair."""
-        far = self.max_distance
-        return self.embedding(torch.where(spd < 0, far + 1, spd.long().clamp(max=far)))
+        far = self.max_distance  # int32 indices: half the bytes the backward keeps of int64
+        return self.embedding(torch.where(spd < 0, far + 1, spd.int().clamp(max=far)))
 
 
 class EdgePathEncoder(nn.Module):
