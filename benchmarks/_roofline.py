@@ -182,15 +182,34 @@ def accessed_bytes(node: Any, include_reads: bool, include_writes: bool) -> dict
     110 times in ZINC-subset's step). Here a buffer only ever read through views (an extern's)
     or direct indices (a kernel's, no gather) is capped at the elements those reach: the views'
     sizes, the index variables' ranges (``MemoryDep.get_numel``). Gathers keep inductor's.
+    A fused kernel's own intermediates (a buffer it writes and only it reads, not a graph
+    output) are not written: inductor's code generation drops them
+    (``remove_kernel_local_buffers``, by the scheduler's ``can_buffer_be_removed_through_fusion``),
+    which the recorder does not run.
     """
     accesses = node.get_read_write_buffer_accesses(include_reads=include_reads,
                                                    include_writes=include_writes)
+    for name in _kernel_local(node) if include_writes else ():
+        accesses.pop(name, None)
     reached = {}
     for name in accesses:
         elements = _reached_elements(node, name, include_reads, include_writes)
         if elements:
             reached[name] = elements * _dtype_size(name)
     return {name: min(size, reached.get(name, size)) for name, size in accesses.items()}
+
+
+def _kernel_local(node: Any) -> list[str]:
+    """The buffers a fused kernel writes that only it reads (see :func:`accessed_bytes`)."""
+    from torch._inductor.scheduler import ExternKernelSchedulerNode
+    from torch._inductor.utils import OrderedSet
+    from torch._inductor.virtualized import V
+
+    if isinstance(node, ExternKernelSchedulerNode):
+        return []
+    fused = OrderedSet(n.get_name() for n in node.get_nodes())
+    return [buffer.get_name() for buffer in node.get_outputs()
+            if V.graph.scheduler.can_buffer_be_removed_through_fusion(buffer.get_name(), fused)]
 
 
 def _reached_elements(node: Any, name: str, include_reads: bool,
