@@ -182,10 +182,10 @@ def accessed_bytes(node: Any, include_reads: bool, include_writes: bool) -> dict
     110 times in ZINC-subset's step). Here a buffer only ever read through views (an extern's)
     or direct indices (a kernel's, no gather) is capped at the elements those reach: the views'
     sizes, the index variables' ranges (``MemoryDep.get_numel``). Gathers keep inductor's.
-    A fused kernel's own intermediates (a buffer it writes and only it reads, not a graph
-    output) are not written: inductor's code generation drops them
-    (``remove_kernel_local_buffers``, by the scheduler's ``can_buffer_be_removed_through_fusion``),
-    which the recorder does not run.
+    A kernel's own intermediates (a buffer it writes and only it reads, not a graph output)
+    are not written: inductor's code generation drops them (``remove_kernel_local_buffers``,
+    by the scheduler's ``can_buffer_be_removed_through_fusion``), which the recorder does not
+    run; inductor's estimate drops them from a fused kernel, not from a combo kernel.
     """
     accesses = node.get_read_write_buffer_accesses(include_reads=include_reads,
                                                    include_writes=include_writes)
@@ -205,7 +205,7 @@ def _kernel_local(node: Any) -> list[str]:
     from torch._inductor.utils import OrderedSet
     from torch._inductor.virtualized import V
 
-    if isinstance(node, ExternKernelSchedulerNode):
+    if isinstance(node, ExternKernelSchedulerNode) or not hasattr(node, "get_outputs"):
         return []
     fused = OrderedSet(n.get_name() for n in node.get_nodes())
     return [buffer.get_name() for buffer in node.get_outputs()

@@ -98,6 +98,28 @@ def _step_bytes(function, *inputs) -> int:
     return sum(g.bytes for g in recorder.graphs)
 
 
+def test_a_combo_kernels_own_intermediates_are_not_written():
+    """A reduction fused with the pointwise work that reads it (a centred row, as a
+    LayerNorm's) keeps the row means in the kernel, also when a combo kernel runs it beside
+    other work: only inputs and outputs move."""
+    from _roofline import InductorRecorder
+
+    x, y = torch.randn(4096, 32), torch.randn(1000)
+
+    def centred(x, y):
+        return (x - x.mean(1, keepdim=True)).sin(), y.cos()
+
+    def centred_and_means(x, y):  # the means leave the kernel: written
+        mean = x.mean(1, keepdim=True)
+        return (x - mean).sin(), y.cos(), mean
+
+    for function, means in ((centred, 0), (centred_and_means, 4096)):
+        with InductorRecorder() as recorder:
+            torch.compile(function, options={"combo_kernels": True})(x, y)
+        assert sum(g.kernels for g in recorder.graphs) == 1
+        assert sum(g.bytes for g in recorder.graphs) == 4 * (2 * 4096 * 32 + 2 * 1000 + means)
+
+
 def test_reads_of_part_of_a_buffer_count_that_part():
     """A matmul's weight and a kernel's broadcast bias read from a large flat buffer (as the
     packed replicas' parameters are) count their own elements, not the whole buffer; a gather
