@@ -185,11 +185,11 @@ def reference(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
     ``[S, H, L, L]`` (heads before positions, unlike ``bias``): the probabilities kept by
     dropout (scaled by ``1 / (1 - dropout_p)``), or ``None``.
     """
-    return _attend_projected(project(x, weight), qkv_bias, sequence_row, row_sequence, bias,
+    return _attend_projected(_project(x, weight), qkv_bias, sequence_row, row_sequence, bias,
                              scale, keep, dropout_p)
 
 
-def project(x: Tensor, weight: Tensor) -> Tensor:
+def _project(x: Tensor, weight: Tensor) -> Tensor:
     """Each replica's rows of ``x`` ``[T, D]`` times its ``weight`` ``[R, 3D, D]``: ``[T, 3D]``."""
     weight = weight.view(-1, *weight.shape[-2:])
     return (x.view(len(weight), -1, x.shape[-1]) @ weight.transpose(1, 2)).view(len(x), -1)
@@ -259,7 +259,7 @@ def _row_attention_backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: T
         return grad_qkv, grad_bias, sums
     keep = keep_mask(seed, _probability_shape(bias), dropout_p)
     _, vjp = torch.func.vjp(lambda a, b: _attend_projected(
-        a, qkv_bias, sequence_row, row_sequence, b, scale, keep, dropout_p), project(x, weight),
+        a, qkv_bias, sequence_row, row_sequence, b, scale, keep, dropout_p), _project(x, weight),
         bias)
     grad_qkv, grad_bias = vjp(grad.to(x.dtype))
     sequence = row_sequence // bias.shape[1]  # an orphan row's gradient is zero

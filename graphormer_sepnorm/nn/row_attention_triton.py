@@ -36,22 +36,37 @@ CHUNK: tl.constexpr = tl.constexpr(16)
 
 
 @triton.jit
-def _project(x_ptr, w_ptr, rows, inside, r, h, part: tl.constexpr, dim: tl.constexpr,
-             head_dim: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr,
-             ACC: tl.constexpr):
-    """Head ``h``'s ``part`` (0 q, 1 k, 2 v) of the rows: ``x[rows] @ W_r[part, h].T``."""
+def _weight(w_ptr, weight_rows, columns, e, dim: tl.constexpr, head_dim: tl.constexpr,
+            ACC: tl.constexpr):
+    """A ``[BLOCK_E, CHUNK]`` block of the weight: ``weight_rows``, ``columns``."""
+    return tl.load(w_ptr + weight_rows[:, None] * dim + columns[None, :],
+                   mask=(e[:, None] < head_dim) & (columns[None, :] < dim), other=0.0).to(ACC)
+
+
+@triton.jit
+def _project(x_ptr, w_ptr, rows, inside, r, h, dim: tl.constexpr, head_dim: tl.constexpr,
+             BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, ACC: tl.constexpr):
+    """Head ``h``'s ``q, k, v`` of the rows, ``x[rows] @ W_r[part, h].T`` for each part.
+
+    ``CHUNK`` columns of the rows at a time, each loaded once for the three parts.
+    """
     e = tl.arange(0, BLOCK_E)
     d = tl.arange(0, CHUNK)
-    weight_rows = r * (3 * dim) + part * dim + h * head_dim + e
-    out = tl.zeros((BLOCK_L, BLOCK_E), dtype=ACC)
+    weight_rows = r * (3 * dim) + h * head_dim + e
+    q = tl.zeros((BLOCK_L, BLOCK_E), dtype=ACC)
+    k = tl.zeros((BLOCK_L, BLOCK_E), dtype=ACC)
+    v = tl.zeros((BLOCK_L, BLOCK_E), dtype=ACC)
     for first in tl.static_range(0, dim, CHUNK):
         columns = first + d
         x = tl.load(x_ptr + rows[:, None] * dim + columns[None, :],
                     mask=inside[:, None] & (columns[None, :] < dim), other=0.0).to(ACC)
-        w = tl.load(w_ptr + weight_rows[:, None] * dim + columns[None, :],
-                    mask=(e[:, None] < head_dim) & (columns[None, :] < dim), other=0.0).to(ACC)
-        out += tl.dot(x, tl.trans(w), out_dtype=ACC)
-    return out
+        q += tl.dot(x, tl.trans(_weight(w_ptr, weight_rows, columns, e, dim, head_dim, ACC)),
+                    out_dtype=ACC)
+        k += tl.dot(x, tl.trans(_weight(w_ptr, weight_rows + dim, columns, e, dim, head_dim,
+                                        ACC)), out_dtype=ACC)
+        v += tl.dot(x, tl.trans(_weight(w_ptr, weight_rows + 2 * dim, columns, e, dim, head_dim,
+                                        ACC)), out_dtype=ACC)
+    return q, k, v
 
 
 @triton.jit
@@ -70,12 +85,10 @@ def _block(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_
     r = s // replica_sequences
     at = r * (3 * dim) + h * head_dim + e
     heads_e = e < head_dim
-    q = (_project(x_ptr, w_ptr, rows, inside, r, h, 0, dim, head_dim, BLOCK_L, BLOCK_E, ACC)
-         + tl.load(qkv_bias_ptr + at, mask=heads_e, other=0.0).to(ACC)[None, :])
-    k = (_project(x_ptr, w_ptr, rows, inside, r, h, 1, dim, head_dim, BLOCK_L, BLOCK_E, ACC)
-         + tl.load(qkv_bias_ptr + at + dim, mask=heads_e, other=0.0).to(ACC)[None, :])
-    v = (_project(x_ptr, w_ptr, rows, inside, r, h, 2, dim, head_dim, BLOCK_L, BLOCK_E, ACC)
-         + tl.load(qkv_bias_ptr + at + 2 * dim, mask=heads_e, other=0.0).to(ACC)[None, :])
+    q, k, v = _project(x_ptr, w_ptr, rows, inside, r, h, dim, head_dim, BLOCK_L, BLOCK_E, ACC)
+    q += tl.load(qkv_bias_ptr + at, mask=heads_e, other=0.0).to(ACC)[None, :]
+    k += tl.load(qkv_bias_ptr + at + dim, mask=heads_e, other=0.0).to(ACC)[None, :]
+    v += tl.load(qkv_bias_ptr + at + 2 * dim, mask=heads_e, other=0.0).to(ACC)[None, :]
     loads = inside[:, None] & heads_e[None, :]
     pair = inside[:, None] & inside[None, :]
     # the bias [S, L, L, H], heads last
