@@ -8,10 +8,10 @@ output in the row that owns the position (``row_sequence[row] == position``); pa
 positions' results are dropped. The backward projects again rather than read a stored
 projection, writes the projection's gradient for the rows it owns and the block's bias
 gradient, and sums the projection's gradient over the block's rows (the projection bias's
-gradient, per sequence). Heads of any size: loads and stores are
-masked to ``E`` of a power-of-two block, so nothing padded reaches memory. Dropout on the
-probabilities is drawn with ``tl.rand`` from a seed on the device and the element's offset;
-the backward draws the same mask again. The same launch's last programs (one per
+gradient, per sequence). Heads of any size: loads and stores are masked to ``E`` of a
+power-of-two block, so nothing padded reaches memory. Dropout on the probabilities is drawn
+with ``tl.rand`` from a seed on the device and the element's offset; the backward draws the
+same mask again. The same launch's last programs (one per
 :data:`ROWS_PER_PROGRAM` rows and head) write zeros in the rows that own no position (the
 rows' padding), which the step reads as finite tokens.
 
