@@ -156,8 +156,8 @@ say "compile cache: up to ${COMPILE_CACHE_MIB} MiB (tree ${TREE_KIB} KiB as it c
 # (GRAPHORMER_SEPNORM_COMBO_KERNELS=0, also new; without rows there is no row attention
 # either, GRAPHORMER_SEPNORM_ROW_ATTENTION, whose Triton kernels check themselves against
 # their reference on first use and step aside with a warning), which retries that job (a job
-# is given up after two failures with one code) and goes on past a failure. On the GPU by default; FALLBACK=1 on the
-# CPU (its test).
+# is given up after two failures with one code) and goes on past a failure. On the GPU by
+# default; FALLBACK=1 on the CPU (its test).
 FALLBACK_ARGS=()
 if [ "${FALLBACK:-$([ "$ACCELERATOR" = gpu ] && echo 1)}" = 1 ] \
         && [ -z "${GRAPHORMER_SEPNORM_CUDA_ATTENTION:-}" ]; then

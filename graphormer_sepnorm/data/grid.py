@@ -77,7 +77,7 @@ class GridGraphs:
         self.sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
         self._lengths: dict[int, np.ndarray] = {}
         self._compiled_gather: Callable[[Tensor, int], tuple[Tensor | None, ...]] | None = None
-        self._aranges: dict[tuple[int | str, torch.device], Tensor] = {}
+        self._aranges: dict[tuple[int, torch.device, torch.dtype], Tensor] = {}
         host = _host_arrays(graphs, multi_hop_max_dist)
         self.hop_slots = host["path"].shape[1]
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
@@ -142,7 +142,8 @@ class GridGraphs:
             pair_spd=spd,
             hop_pair=grid_pairs,
             # each pair's slot s is hop s (a view: [P, S] of the slots' arange, nothing moved)
-            hop_index=self._slots(index.device).expand(hop_edge.shape),
+            hop_index=self._arange(self.hop_slots, index.device, self._slot_dtype).expand(
+                hop_edge.shape),
             hop_edge=hop_edge,
             y=y,
             mol_x=mol_x,
@@ -154,20 +155,17 @@ class GridGraphs:
             sequence_graph=sequence_graph,
         )
 
-    def _slots(self, device: torch.device) -> Tensor:
-        """The hop slots ``arange(S)`` in the store's small integer type (made once)."""
-        key = ("slots", device)
-        if key not in self._aranges:
-            self._aranges[key] = torch.arange(
-                self.hop_slots, device=device,
-                dtype=torch.uint8 if self.multi_hop_max_dist < 256 else torch.long)
-        return self._aranges[key]
+    @property
+    def _slot_dtype(self) -> torch.dtype:
+        """The hop slots' small integer type, as the store's."""
+        return torch.uint8 if self.multi_hop_max_dist < 256 else torch.long
 
-    def _arange(self, size: int, device: torch.device) -> Tensor:
-        """``arange(size)``, made once per size (no kernel at each step)."""
-        key = (size, device)
+    def _arange(self, size: int, device: torch.device,
+                dtype: torch.dtype = torch.long) -> Tensor:
+        """``arange(size)``, made once per size and dtype (no kernel at each step)."""
+        key = (size, device, dtype)
         if key not in self._aranges:
-            self._aranges[key] = torch.arange(size, device=device)
+            self._aranges[key] = torch.arange(size, device=device, dtype=dtype)
         return self._aranges[key]
 
     def _gather(self, index: Tensor, length: int, atom_rows: int | None = None,

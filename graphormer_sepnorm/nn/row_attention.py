@@ -263,7 +263,7 @@ def _row_attention_backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: T
         bias)
     grad_qkv, grad_bias = vjp(grad.to(x.dtype))
     sequence = row_sequence // bias.shape[1]  # an orphan row's gradient is zero
-    sums = _empty_gradients(x, weight, bias)[2].zero_()
+    sums = _empty_sums(x, weight, bias).zero_()
     sums.index_add_(0, sequence, grad_qkv.to(sums.dtype))
     return grad_qkv, grad_bias, sums
 
@@ -274,11 +274,16 @@ def _probability_shape(bias: Tensor) -> torch.Size:
     return torch.Size([count, heads, length, length])
 
 
+def _empty_sums(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """Uninitialized per-sequence sums ``[S, 3D]``, in at least float32."""
+    return x.new_empty(len(bias), weight.shape[-2],
+                       dtype=torch.promote_types(x.dtype, torch.float32))
+
+
 def _empty_gradients(x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Uninitialized gradients: the projection's, the bias's, the per-sequence sums."""
-    sums = x.new_empty(len(bias), weight.shape[-2],
-                       dtype=torch.promote_types(x.dtype, torch.float32))
-    return x.new_empty(len(x), weight.shape[-2]), torch.empty_like(bias), sums
+    return (x.new_empty(len(x), weight.shape[-2]), torch.empty_like(bias),
+            _empty_sums(x, weight, bias))
 
 
 @_row_attention_backward.register_fake
