@@ -178,9 +178,7 @@ def cuda_attention() -> Iterator[None]:
         row_attention = None
     if row_attention is not None:
         saved_rows = row_attention.applies
-        # as on CUDA once its kernels passed their check: the op (on the CPU, its reference)
-        row_attention.applies = lambda rows, length: (row_attention.ENABLED
-                                                      and length <= row_attention.MAX_LENGTH)
+        row_attention.applies = lambda rows, length: row_attention_applies(length)
     try:
         yield
     finally:
@@ -189,6 +187,19 @@ def cuda_attention() -> Iterator[None]:
             row_attention.applies = saved_rows
 
 
+
+
+def row_attention_applies(length: int) -> bool:
+    """Whether attention sequences of ``length`` take the row attention op on CUDA.
+
+    As once its kernels passed their check there (on the CPU the op runs its reference);
+    false for code from before the op.
+    """
+    try:
+        from graphormer_sepnorm.nn import row_attention
+    except ImportError:
+        return False
+    return row_attention.ENABLED and length <= row_attention.MAX_LENGTH
 
 
 @contextmanager

@@ -10,7 +10,9 @@ Two instruments, each with its limits written next to it:
   touches counted once, "worst-case inputs, best-case optimization", except that a direct
   read of part of a buffer counts that part, :func:`accessed_bytes`) and the FLOPs of its
   extern calls. Calling such a graph returns uninitialized outputs of the right shapes: nothing
-  is computed, so a packed step of eight full-size replicas costs seconds.
+  is computed, so a packed step of eight full-size replicas costs seconds. Extern calls count
+  their tensors whole, except the row attention's bias, which its kernels read and whose
+  gradient they write at the pairs of one graph only (:class:`PairShare`).
 - ``_cuda_policy.py``: what differs on a CUDA device, made to happen on the CPU (autocast's
   policy, the fused attention kernel).
 - :func:`eager_costs`: what runs outside compiled graphs (the optimizer, clipping, the loss when
@@ -77,6 +79,44 @@ class GraphRecord:
     node_s: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class PairShare:
+    """The share of a ``[S, L, L, H]`` bias's bytes the row attention kernels move.
+
+    They read the bias, and write its gradient, at pairs of one graph only: for each query a
+    run of its graph's keys (heads last), whole 32-byte sectors. ``read``: the sectors those
+    runs touch, of all; ``write``: the same plus one more for each sector a run covers only in
+    part (ECC'd HBM writes whole sectors: a read first). Where a step's batch has attention
+    sequences ``gpu_roofline.py`` sets :data:`PAIR_SHARE` from it (:meth:`of`).
+    """
+
+    read: float = 1.0
+    write: float = 1.0
+
+    @classmethod
+    def of(cls, sequence_graph: Any, heads: int, item_size: int, sector: int = 32) -> PairShare:
+        """The shares for ``sequence_graph`` ``[..., S, L]`` (``-1``: padding)."""
+        import numpy as np
+
+        graph = np.asarray(sequence_graph).reshape(-1, sequence_graph.shape[-1])
+        count, length = graph.shape
+        same = (graph[:, :, None] == graph[:, None, :]) & (graph[:, :, None] >= 0)
+        first = same.argmax(2)
+        end = length - same[:, :, ::-1].argmax(2)
+        key = heads * item_size  # one key's bytes, heads last
+        row = (np.arange(count * length) * length * key).reshape(count, length)
+        start, stop = row + first * key, row + end * key
+        real = same.any(2)
+        touched = np.where(real, -(-stop // sector) - start // sector, 0)
+        partial = np.where(real, (start % sector > 0).astype(int) + (stop % sector > 0), 0)
+        total = count * length * length * key / sector
+        return cls(float(touched.sum() / total), float((touched + partial).sum() / total))
+
+
+#: The row attention's shares in the step being recorded (1: the whole bias, as before).
+PAIR_SHARE = PairShare()
+
+
 class InductorRecorder:
     """Records the graphs inductor compiles instead of generating their code.
 
@@ -121,6 +161,8 @@ class InductorRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global PAIR_SHARE
+        PAIR_SHARE = PairShare()
         self._stack.close()
 
 
@@ -196,7 +238,33 @@ def accessed_bytes(node: Any, include_reads: bool, include_writes: bool) -> dict
         elements = _reached_elements(node, name, include_reads, include_writes)
         if elements:
             reached[name] = elements * _dtype_size(name)
-    return {name: min(size, reached.get(name, size)) for name, size in accesses.items()}
+    sizes = {name: min(size, reached.get(name, size)) for name, size in accesses.items()}
+    return _row_attention_pairs(node, sizes, include_reads, include_writes)
+
+
+def _row_attention_pairs(node: Any, sizes: dict[str, int], include_reads: bool,
+                         include_writes: bool) -> dict[str, int]:
+    """``sizes`` with the row attention op's bias moved at :data:`PAIR_SHARE`.
+
+    Its bias read, and its gradient written, at those shares of their bytes (an op without
+    ``sequence_graph``, from before that, moves them whole).
+    """
+    import torch
+
+    op = getattr(getattr(node, "node", None), "op_overload", None)
+    if op is None or op.namespace != "graphormer_sepnorm" or "row_attention" not in str(op):
+        return sizes
+    names = [a.name for a in op._schema.arguments if isinstance(a.type, torch._C.TensorType)]
+    if "sequence_graph" not in names:
+        return sizes
+    bias = node.node.inputs[names.index("bias")]
+    whole = _elements(bias) * bias.get_dtype().itemsize
+    if include_reads and bias.get_name() in sizes:
+        sizes[bias.get_name()] = min(sizes[bias.get_name()], round(whole * PAIR_SHARE.read))
+    if include_writes and "grad" in names:  # the backward: one buffer of its three outputs
+        (out,) = (d.name for d in node.read_writes.writes)
+        sizes[out] -= round(whole * (1 - PAIR_SHARE.write))
+    return sizes
 
 
 def _kernel_local(node: Any) -> list[str]:
@@ -238,6 +306,13 @@ def _reached_elements(node: Any, name: str, include_reads: bool,
         return None
     return V.graph.sizevars.optimization_hint(sum(d.get_numel() for d in mine), fallback=0) \
         or None
+
+
+def _elements(buffer: Any) -> int:
+    from torch._inductor import ir
+    from torch._inductor.virtualized import V
+
+    return V.graph.sizevars.optimization_hint(ir.sympy_product(buffer.get_size()), fallback=0)
 
 
 def _dtype_size(name: str) -> int:

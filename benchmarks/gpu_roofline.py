@@ -22,7 +22,10 @@ length that at least ``--min-share`` of 1,000 random steps take is compiled and 
 afresh, and the path's figures are share-weighted (``--one-length``: one random step's).
 The training batches hold their tokens as the preset's do (``data.train_tokens``; ``rows``: the
 layers' token-wise work on real atoms only; ``sequences``: rows, and attention in sequences of
-several molecules; ``grid``: every grid position; ``--train-tokens`` overrides it).
+several molecules; ``grid``: every grid position; ``--train-tokens`` overrides it). Where
+sequences attend through the row attention op, its bias is counted at the pairs of one graph
+its kernels read and write (``_roofline.PairShare``, from the measured batch; the row prints
+the shares).
 
 Beside that bound, the same with L2 reuse (``_roofline.hbm_bytes``: a read of a buffer touched
 within the last 40 MB of buffers hits the H100's 50 MB L2): the step takes at least the
@@ -64,8 +67,14 @@ import torch
 from lightning.pytorch import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _cuda_policy import cuda_attention, cuda_autocast, cuda_gather  # noqa: E402
-from _roofline import H100, InductorRecorder, eager_costs  # noqa: E402
+import _roofline  # noqa: E402
+from _cuda_policy import (  # noqa: E402
+    cuda_attention,
+    cuda_autocast,
+    cuda_gather,
+    row_attention_applies,
+)
+from _roofline import H100, InductorRecorder, PairShare, eager_costs  # noqa: E402
 from gpu_step import (  # noqa: E402
     DATASETS,
     preset_compile_mode,
@@ -93,7 +102,7 @@ def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple
     _, atom_dims, edge_dims, task, _ = DATASETS[name]
     info = {"name": name, "task": task, "target_names": ["y"],
             "atom_feature_dims": list(atom_dims), "edge_feature_dims": list(edge_dims)}
-    config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=HOPS[name])
+    config = model_config(name, args)
     module = graphormer_module(dataset_info=info, config=config, seeds=seeds, backend="reference",
                               compile=args.compile, warmup_steps=10, total_steps=1000)
     module.trainer = Trainer(accelerator="cpu", devices=1, precision="bf16-mixed", logger=False,
@@ -104,6 +113,11 @@ def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple
     module.configure_model()
     answer = module.configure_optimizers()
     return module, answer["optimizer"], answer["lr_scheduler"]["scheduler"]
+
+
+def model_config(name: str, args: argparse.Namespace) -> GraphormerConfig:
+    """The measured model's configuration: Graphormer-slim, ``--layers`` layers."""
+    return GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=HOPS[name])
 
 
 def batches(store: GridGraphs, batch_size: int, replicas: int | None,
@@ -209,6 +223,11 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
         pad_to = int(store.lengths()[-1]) if args.train_length == "longest" else None
         gather = batches(store, batch_size, len(seeds) if seeds else None, gen, length, pad_to,
                          args.train_tokens)
+        graph = gather().sequence_graph
+        if graph is not None and row_attention_applies(graph.shape[-1]):
+            # the bias pairs its kernels move, in bf16
+            _roofline.PAIR_SHARE = PairShare.of(graph, model_config(name, args).num_heads, 2)
+        pairs = _roofline.PAIR_SHARE
         with cuda_gather():  # the step's gather; the model's construction gathers eagerly
             counts = _counted(recorder, lambda: training_step(module, optimizer, schedule,
                                                               gather))
@@ -238,7 +257,7 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
             "l2_table_min": TABLES[name] * reuse_s / replicas / 60,
             "serial_ms": serial_s * 1e3, "serial_model_steps_per_s": replicas / serial_s,
             "serial_table_min": TABLES[name] * serial_s / replicas / 60,
-            "stats": stats, "val": val}
+            "stats": stats, "val": val, "bias_pairs": (pairs.read, pairs.write)}
 
 
 def _counted(recorder: InductorRecorder, work: Any) -> dict[str, int]:
@@ -357,6 +376,8 @@ def print_row(row: dict[str, Any]) -> None:
           f" | stats batch: {stats['graph_launches']}+"
           f"{stats['eager_launches']} launches, {stats['syncs']} syncs | val batch: "
           f"{val['graph_launches']}+{val['eager_launches']} launches, {val['syncs']} syncs"
+          + (" | row attention bias moved: read {:.2f}, written {:.2f}".format(
+              *row["bias_pairs"]) if row["bias_pairs"][0] < 1 else "")
           + (f" | {row['recompiles']} recompiles" if row["recompiles"] else ""), flush=True)
 
 

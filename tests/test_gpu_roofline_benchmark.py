@@ -140,3 +140,46 @@ def test_reads_of_part_of_a_buffer_count_that_part():
     assert _step_bytes(broadcast, flat, x) == 4 * (32 + 2 * 64 * 32)
     # inductor's count for an indirect read: the kernel's elements, at most the buffer's
     assert _step_bytes(gather, flat, index) == 4 * (64 * 32) + 8 * 64 * 32 + 4 * 64 * 32
+
+
+def test_pair_share_counts_the_sectors_of_each_querys_run_of_keys():
+    from _roofline import PairShare
+
+    # heads last, 8 heads of bf16: a key is 16 bytes, half a 32-byte sector; a query's row 64
+    graph = torch.tensor([[0, 0, 0, -1], [1, 1, 2, -1]])
+    share = PairShare.of(graph, heads=8, item_size=2)
+    # graph 0: 3 queries, keys 0-2 (48 bytes: 2 sectors, the second in part); graph 1: 2
+    # queries, keys 0-1 (one whole sector); graph 2: 1 query, key 2 (half a sector); padding
+    # reads nothing; of 2 x 4 x 64 / 32 = 16 sectors
+    assert share.read == (3 * 2 + 2 * 1 + 1) / 16
+    assert share.write == (3 * 3 + 2 * 1 + 2) / 16  # a sector written in part is read first
+    assert PairShare.of(graph[None], 8, 2) == share  # packed replicas' [R, S, L]
+
+
+def test_the_row_attention_op_moves_its_bias_at_the_pairs_of_one_graph():
+    """Its bias is read forward and backward and its gradient written at :data:`PAIR_SHARE`
+    of their bytes; the rest of the op's tensors whole."""
+    import _roofline
+
+    from graphormer_sepnorm.nn import row_attention
+
+    count, length, heads = 4, 16, 2
+    graph = torch.arange(count * length).div(8, rounding_mode="floor").view(count, length)
+    rows = torch.arange(count * length)
+    x, weight = torch.randn(count * length, 8), torch.randn(24, 8, requires_grad=True)
+    qkv_bias, bias = torch.randn(24), torch.randn(count, length, length, heads)
+
+    def step(weight, bias):
+        out = row_attention.attend(x, weight, qkv_bias, rows, rows, graph, bias, 0.0, 0.5)
+        out.sum().backward()
+
+    totals = []
+    for share in (_roofline.PairShare(), _roofline.PairShare(0.5, 0.75)):
+        with _roofline.InductorRecorder() as recorder:
+            _roofline.PAIR_SHARE = share
+            torch.compile(step)(weight, bias.clone().requires_grad_())
+        assert _roofline.PAIR_SHARE == _roofline.PairShare()  # the recorder's exit resets it
+        totals.append(sum(g.bytes for g in recorder.graphs))
+    whole = bias.numel() * 4
+    assert totals[0] - totals[1] == 2 * whole * 0.5 + whole * 0.25
+    assert _roofline.PairShare.of(graph, heads, 4) == _roofline.PairShare(0.5, 0.5)

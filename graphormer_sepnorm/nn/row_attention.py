@@ -16,7 +16,12 @@ computes it with plain torch.
 
 A row *owns* position ``p`` when ``row_sequence[row] == p`` and ``sequence_row[p] == row``.
 Every real token's row owns its position; a padding position is owned by no row (its result is
-dropped), and a padding row that owns none gets zeros.
+dropped), and a padding row that owns none gets zeros. A query sees the keys of its own graph
+(``sequence_graph``), with the bias; padding positions (graph ``-1``) see each other with bias
+0. The bias is read only at pairs of one graph, and its gradient is written only there: the
+rest of the ``[S, L, L, H]`` gradient is unspecified (the kernels leave it unwritten, which
+saves about half of the bias's bytes at ZINC-subset's sizes; the reference writes zeros), so
+a caller must discard it, as :func:`~.token_rows.sequence_bias`'s ``masked_fill`` does.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["ENABLED", "MAX_LENGTH", "applies", "attend", "keep_mask", "owned_rows", "prepare",
-           "reference", "verified"]
+__all__ = ["ENABLED", "MAX_LENGTH", "applies", "attend", "graph_pairs", "keep_mask",
+           "owned_rows", "prepare", "reference", "verified"]
 
 #: Whether :func:`applies` lets token rows use the op on CUDA, from
 #: ``GRAPHORMER_SEPNORM_ROW_ATTENTION`` when the package is imported (``0``: gathers and SDPA,
@@ -101,6 +106,7 @@ def _check(device: torch.device) -> bool:
     graph = torch.arange(2 * 48).div(12, rounding_mode="floor").view(2, 48)  # 8 graphs of 12
     sequence_row = torch.arange(2 * 48, device=device)
     same = (graph[:, :, None, None] == graph[:, None, :, None]).to(device)
+    graph = graph.to(device)
     # Graphormer-slim's heads (8 of 10) and ZINC's length: the kernels the step then reuses
     bias = torch.randn(2, 48, 48, 8, generator=generator).to(device).masked_fill(
         ~same, float("-inf"))
@@ -111,16 +117,19 @@ def _check(device: torch.device) -> bool:
     try:
         low = tuple(t.bfloat16().requires_grad_() for t in (x, weight, qkv_bias, bias))
         high = tuple(t.detach().double().requires_grad_() for t in low)
-        out = attend(*low[:3], sequence_row, sequence_row, low[3], 0.0, scale)
+        out = attend(*low[:3], sequence_row, sequence_row, graph, low[3], 0.0, scale)
         got = (out, *torch.autograd.grad(out.float().sin().sum(), low))
-        dropped = attend(*low[:3], sequence_row, sequence_row, low[3], 0.1, scale)
+        dropped = attend(*low[:3], sequence_row, sequence_row, graph, low[3], 0.1, scale)
         dropped = (dropped, *torch.autograd.grad(dropped.float().sin().sum(), low))
     except Exception as error:  # noqa: BLE001 (any failure means: do not use them)
         warnings.warn(f"row attention kernels failed on {device} ({error!r}): the gathers "
                       "and SDPA serve instead", stacklevel=2)
         return False
-    out = reference(*high[:3], sequence_row, sequence_row, high[3], scale)
+    out = reference(*high[:3], sequence_row, sequence_row, graph, high[3], scale)
     want = (out, *torch.autograd.grad(out.sin().sum(), high))
+    # the bias's gradient where it is specified: pairs of one graph
+    got, dropped = (t[:-1] + (t[-1][same.expand_as(t[-1])],) for t in (got, dropped))
+    want = want[:-1] + (want[-1][same.expand_as(want[-1])],)
     # within 3% of each tensor's largest value (bf16: sums of rounded rows cancel)
     pairs = zip(got, want, strict=True)
     good = all(bool((a.double() - b).abs().max() <= 0.03 * b.abs().max()) for a, b in pairs)
@@ -137,7 +146,8 @@ def _kernels_on(device: torch.device) -> bool:
 
 
 def attend(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
-           row_sequence: Tensor, bias: Tensor, dropout_p: float, scale: float) -> Tensor:
+           row_sequence: Tensor, sequence_graph: Tensor, bias: Tensor, dropout_p: float,
+           scale: float) -> Tensor:
     """Each row's attention output ``[T, D]``, heads merged, before the output projection.
 
     Args:
@@ -147,15 +157,17 @@ def attend(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
         qkv_bias: the projection's bias ``[3D]``.
         sequence_row: ``[S * L]`` long, the row at each sequence position.
         row_sequence: ``[T]`` long, each row's position.
-        bias: ``[S, L, L, H]`` (heads last), ``-inf`` where a query must not see a key (each
-            position must see some finite key).
+        sequence_graph: ``[S, L]`` or ``[S * L]`` integers, each position's graph (``-1``:
+            padding): a query sees its graph's keys.
+        bias: ``[S, L, L, H]`` (heads last), read at pairs of one graph only (its gradient is
+            unspecified at the others: see the module docstring).
         dropout_p: dropout on the probabilities (0 in evaluation).
         scale: the scores' factor, ``(D / H) ** -0.5``.
     """
     seed = torch.randint(0, 2**31 - 1, (1,), device=x.device) if dropout_p > 0 \
         else torch.zeros(1, dtype=torch.long, device=x.device)
     return _row_attention(x, weight.unsqueeze(0), qkv_bias.view(1, -1), sequence_row,
-                          row_sequence, bias, seed, dropout_p, scale)
+                          row_sequence, sequence_graph.reshape(-1), bias, seed, dropout_p, scale)
 
 
 def owned_rows(sequence_row: Tensor, row_sequence: Tensor) -> Tensor:
@@ -176,8 +188,8 @@ def keep_mask(seed: Tensor, shape: torch.Size, dropout_p: float) -> Tensor | Non
 
 
 def reference(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
-              row_sequence: Tensor, bias: Tensor, scale: float, keep: Tensor | None = None,
-              dropout_p: float = 0.0) -> Tensor:
+              row_sequence: Tensor, sequence_graph: Tensor, bias: Tensor, scale: float,
+              keep: Tensor | None = None, dropout_p: float = 0.0) -> Tensor:
     """:func:`attend`'s function in plain torch: project, gather, attend, gather back, orphans 0.
 
     ``weight`` ``[R, 3D, D]`` or ``[3D, D]`` and ``qkv_bias`` ``[R, 3D]`` or ``[3D]``: ``R``
@@ -185,8 +197,21 @@ def reference(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
     ``[S, H, L, L]`` (heads before positions, unlike ``bias``): the probabilities kept by
     dropout (scaled by ``1 / (1 - dropout_p)``), or ``None``.
     """
-    return _attend_projected(_project(x, weight), qkv_bias, sequence_row, row_sequence, bias,
-                             scale, keep, dropout_p)
+    return _attend_projected(_project(x, weight), qkv_bias, sequence_row, row_sequence,
+                             sequence_graph, bias, scale, keep, dropout_p)
+
+
+def graph_pairs(sequence_graph: Tensor, bias: Tensor) -> Tensor:
+    """``bias`` ``[S, L, L, H]`` at pairs of one graph of ``sequence_graph`` ``[S, L]``.
+
+    ``-inf`` between graphs and 0 between padding positions (see the module docstring). Its
+    gradient is a select (``where``), so an unspecified one elsewhere is dropped, NaN or not
+    (as two ``masked_fill`` would, which cost 50 MB more a packed step by the estimate).
+    """
+    graph = sequence_graph.unsqueeze(-1)
+    same = (graph == graph.transpose(1, 2)).unsqueeze(-1)
+    return torch.where(same & (graph >= 0).unsqueeze(-1), bias,
+                       torch.where(same, 0.0, float("-inf")).to(bias.dtype))
 
 
 def _project(x: Tensor, weight: Tensor) -> Tensor:
@@ -196,11 +221,11 @@ def _project(x: Tensor, weight: Tensor) -> Tensor:
 
 
 def _attend_projected(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
-                      bias: Tensor, scale: float, keep: Tensor | None,
+                      sequence_graph: Tensor, bias: Tensor, scale: float, keep: Tensor | None,
                       dropout_p: float) -> Tensor:
     """:func:`reference` from the projected rows ``qkv`` ``[T, 3D]`` (before the bias)."""
     count, length, _, heads = bias.shape
-    bias = bias.permute(0, 3, 1, 2)
+    bias = graph_pairs(sequence_graph.view(count, length), bias).permute(0, 3, 1, 2)
     dim = qkv.shape[1] // 3
     qkv_bias = qkv_bias.view(-1, 1, 3 * dim)
     qkv = (qkv.view(len(qkv_bias), -1, 3 * dim) + qkv_bias).view(-1, 3 * dim)
@@ -216,37 +241,40 @@ def _attend_projected(qkv: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_s
 
 @torch.library.custom_op("graphormer_sepnorm::row_attention", mutates_args=())
 def _row_attention(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
-                   row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float,
-                   scale: float) -> Tensor:
+                   row_sequence: Tensor, sequence_graph: Tensor, bias: Tensor, seed: Tensor,
+                   dropout_p: float, scale: float) -> Tensor:
     if _kernels_on(x.device):
         from graphormer_sepnorm.nn import row_attention_triton as kernels
 
         out = torch.empty_like(x)
         kernels.forward(x.contiguous(), weight.contiguous(), qkv_bias.contiguous(),
-                        sequence_row.contiguous(), row_sequence.contiguous(), bias.contiguous(),
-                        seed, dropout_p, scale, out)
+                        sequence_row.contiguous(), row_sequence.contiguous(),
+                        sequence_graph.contiguous(), bias.contiguous(), seed, dropout_p, scale,
+                        out)
         return out
     keep = keep_mask(seed, _probability_shape(bias), dropout_p)
-    return reference(x, weight, qkv_bias, sequence_row, row_sequence, bias, scale, keep,
-                     dropout_p)
+    return reference(x, weight, qkv_bias, sequence_row, row_sequence, sequence_graph, bias,
+                     scale, keep, dropout_p)
 
 
 @_row_attention.register_fake
 def _(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor, row_sequence: Tensor,
-      bias: Tensor, seed: Tensor, dropout_p: float, scale: float) -> Tensor:
+      sequence_graph: Tensor, bias: Tensor, seed: Tensor, dropout_p: float,
+      scale: float) -> Tensor:
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("graphormer_sepnorm::row_attention_backward", mutates_args=())
 def _row_attention_backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: Tensor,
-                            sequence_row: Tensor, row_sequence: Tensor, bias: Tensor,
-                            seed: Tensor, dropout_p: float,
+                            sequence_row: Tensor, row_sequence: Tensor, sequence_graph: Tensor,
+                            bias: Tensor, seed: Tensor, dropout_p: float,
                             scale: float) -> tuple[Tensor, Tensor, Tensor]:
-    """The gradients of the projection ``[T, 3D]`` and of ``bias``, and their sums per sequence.
+    """The gradients of the projection ``[T, 3D]`` and ``bias``, and the former's sums.
 
-    The sums ``[S, 3D]`` (in at least float32): each sequence's, of the projection's gradient
-    over the rows that own its positions; the projection bias's gradient is their sum over
-    each replica's sequences.
+    The bias's at pairs of one graph only (the kernels leave the others unwritten). The sums
+    ``[S, 3D]`` (in at least float32): each sequence's, of the projection's gradient over the
+    rows that own its positions; the projection bias's gradient is their sum over each
+    replica's sequences.
     """
     if _kernels_on(x.device):
         from graphormer_sepnorm.nn import row_attention_triton as kernels
@@ -254,13 +282,13 @@ def _row_attention_backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: T
         grad_qkv, grad_bias, sums = _empty_gradients(x, weight, bias)
         kernels.backward(grad.contiguous(), x.contiguous(), weight.contiguous(),
                          qkv_bias.contiguous(), sequence_row.contiguous(),
-                         row_sequence.contiguous(), bias.contiguous(), seed, dropout_p, scale,
-                         grad_qkv, grad_bias, sums)
+                         row_sequence.contiguous(), sequence_graph.contiguous(),
+                         bias.contiguous(), seed, dropout_p, scale, grad_qkv, grad_bias, sums)
         return grad_qkv, grad_bias, sums
     keep = keep_mask(seed, _probability_shape(bias), dropout_p)
     _, vjp = torch.func.vjp(lambda a, b: _attend_projected(
-        a, qkv_bias, sequence_row, row_sequence, b, scale, keep, dropout_p), _project(x, weight),
-        bias)
+        a, qkv_bias, sequence_row, row_sequence, sequence_graph, b, scale, keep, dropout_p),
+        _project(x, weight), bias)
     grad_qkv, grad_bias = vjp(grad.to(x.dtype))
     sequence = row_sequence // bias.shape[1]  # an orphan row's gradient is zero
     sums = _empty_sums(x, weight, bias).zero_()
@@ -288,35 +316,35 @@ def _empty_gradients(x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, T
 
 @_row_attention_backward.register_fake
 def _(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
-      row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float,
-      scale: float) -> tuple[Tensor, Tensor, Tensor]:
+      row_sequence: Tensor, sequence_graph: Tensor, bias: Tensor, seed: Tensor,
+      dropout_p: float, scale: float) -> tuple[Tensor, Tensor, Tensor]:
     return _empty_gradients(x, weight, bias)
 
 
 def _save(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, ctx.dropout_p, ctx.scale = \
-        inputs
-    ctx.save_for_backward(x, weight, qkv_bias, sequence_row, row_sequence, bias, seed)
+    *tensors, ctx.dropout_p, ctx.scale = inputs
+    ctx.save_for_backward(*tensors)
 
 
 def _backward(ctx: Any, grad: Tensor) -> tuple[Any, ...]:
-    x, weight, qkv_bias, sequence_row, row_sequence, bias, seed = ctx.saved_tensors
+    x, weight, qkv_bias, sequence_row, row_sequence, sequence_graph, bias, seed = \
+        ctx.saved_tensors
     grad_qkv, grad_bias, sums = _row_attention_backward(
-        grad, x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, ctx.dropout_p,
-        ctx.scale)
+        grad, x, weight, qkv_bias, sequence_row, row_sequence, sequence_graph, bias, seed,
+        ctx.dropout_p, ctx.scale)
     # each replica's rows were projected by its weight, its bias added to them
     replicas = len(weight)
     per_replica = grad_qkv.view(replicas, -1, grad_qkv.shape[1])
     grad_x = torch.bmm(per_replica, weight).view_as(x)
     grad_weight = torch.bmm(per_replica.transpose(1, 2), x.view(replicas, -1, x.shape[1]))
     grad_qkv_bias = sums.view(replicas, -1, sums.shape[1]).sum(1)
-    return (grad_x, grad_weight, grad_qkv_bias.to(qkv_bias.dtype), None, None, grad_bias, None,
-            None, None)
+    return (grad_x, grad_weight, grad_qkv_bias.to(qkv_bias.dtype), None, None, None, grad_bias,
+            None, None, None)
 
 
 def _fold(info: Any, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, qkv_bias: Tensor,
-          sequence_row: Tensor, row_sequence: Tensor, bias: Tensor, seed: Tensor,
-          dropout_p: float, scale: float) -> tuple[Tensor, int]:
+          sequence_row: Tensor, row_sequence: Tensor, sequence_graph: Tensor, bias: Tensor,
+          seed: Tensor, dropout_p: float, scale: float) -> tuple[Tensor, int]:
     """Under vmap (packed replicas): the replicas' rows and sequences as one larger batch.
 
     Replica ``r``'s row indices move by ``r * T`` and its positions by ``r * S * L``; one seed
@@ -327,16 +355,18 @@ def _fold(info: Any, in_dims: tuple[Any, ...], x: Tensor, weight: Tensor, qkv_bi
     def lead(t: Tensor, dim: int | None) -> Tensor:
         return t.movedim(dim, 0) if dim is not None else t.expand(replicas, *t.shape)
 
-    x, weight, qkv_bias, sequence_row, row_sequence, bias = (lead(t, d) for t, d in zip(
-        (x, weight, qkv_bias, sequence_row, row_sequence, bias), in_dims[:6], strict=True))
-    seed = seed if in_dims[6] is None else seed.movedim(in_dims[6], 0)[0]
+    x, weight, qkv_bias, sequence_row, row_sequence, sequence_graph, bias = (
+        lead(t, d) for t, d in zip((x, weight, qkv_bias, sequence_row, row_sequence,
+                                    sequence_graph, bias), in_dims[:7], strict=True))
+    seed = seed if in_dims[7] is None else seed.movedim(in_dims[7], 0)[0]
     rows, positions = x.shape[1], sequence_row.shape[1]
     shift = torch.arange(replicas, device=x.device)[:, None]
     out = _row_attention(x.reshape(-1, x.shape[-1]), weight.reshape(-1, *weight.shape[-2:]),
                          qkv_bias.reshape(replicas, -1),
                          (sequence_row + shift * rows).reshape(-1),
                          (row_sequence + shift * positions).reshape(-1),
-                         bias.reshape(-1, *bias.shape[2:]), seed, dropout_p, scale)
+                         sequence_graph.reshape(-1), bias.reshape(-1, *bias.shape[2:]), seed,
+                         dropout_p, scale)
     return out.view(replicas, rows, -1), 0
 
 

@@ -4,16 +4,18 @@ One program per (sequence, head) holds the whole ``L x L`` block of its scores (
 :data:`~graphormer_sepnorm.nn.row_attention.MAX_LENGTH`): it loads each position's normalized
 token row (``sequence_row``) and projects it to the head's ``q, k, v`` (its replica's weight
 rows and bias: a few ``[L, 16] x [16, E]`` products), loads its bias block, and stores the
-output in the row that owns the position (``row_sequence[row] == position``); padding
-positions' results are dropped. The backward projects again rather than read a stored
-projection, writes the projection's gradient for the rows it owns and the block's bias
-gradient, and sums the projection's gradient over the block's rows (the projection bias's
-gradient, per sequence). Heads of any size: loads and stores are masked to ``E`` of a
-power-of-two block, so nothing padded reaches memory. Dropout on the probabilities is drawn
-with ``tl.rand`` from a seed on the device and the element's offset; the backward draws the
-same mask again. The same launch's last programs (one per
-:data:`ROWS_PER_PROGRAM` rows and head) write zeros in the rows that own no position (the
-rows' padding), which the step reads as finite tokens.
+output in the row that owns the position (``row_sequence[row] == position``); padding positions'
+results are dropped. The bias is read, and its gradient written, only at pairs of one graph
+(``sequence_graph``): heads last, a query's keys of its own graph are one run of a few 32-byte
+sectors, and under half of a ZINC-subset sequence's pairs. The backward projects again rather
+than read a stored projection, writes the projection's gradient for the rows it owns and the
+block's bias gradient, and sums the projection's gradient over the block's rows (the projection
+bias's gradient, per sequence). Heads of any size: loads and stores are masked to ``E`` of a
+power-of-two block, so nothing padded reaches memory. Dropout on the probabilities is drawn with
+``tl.rand`` from a seed on the device and the element's offset; the backward draws the same mask
+again. The same launch's last programs (one per :data:`ROWS_PER_PROGRAM` rows and head) write
+zeros in the rows that own no position (the rows' padding), which the step reads as finite
+tokens.
 
 The products run in the accumulators' dtype (float32; float64 for float64 tests): their
 operands are small blocks in registers, and Triton's interpreter multiplies bf16 blocks wrongly
@@ -70,11 +72,11 @@ def _project(x_ptr, w_ptr, rows, inside, r, h, dim: tl.constexpr, head_dim: tl.c
 
 
 @triton.jit
-def _block(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
-           replica_sequences, length, heads, dim: tl.constexpr, head_dim: tl.constexpr, scale,
-           dropout_p, BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
-           ACC: tl.constexpr):
-    """The block's rows, ownership, q, k, v, probabilities and dropout keep mask."""
+def _block(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, graph_ptr, bias_ptr, seed_ptr,
+           s, h, replica_sequences, length, heads, dim: tl.constexpr, head_dim: tl.constexpr,
+           scale, dropout_p, BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr,
+           DROPOUT: tl.constexpr, ACC: tl.constexpr):
+    """The block's rows, ownership, q, k, v, bias pairs, probabilities and dropout keep mask."""
     i = tl.arange(0, BLOCK_L)
     e = tl.arange(0, BLOCK_E)
     inside = i < length
@@ -90,13 +92,16 @@ def _block(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_
     k += tl.load(qkv_bias_ptr + at + dim, mask=heads_e, other=0.0).to(ACC)[None, :]
     v += tl.load(qkv_bias_ptr + at + 2 * dim, mask=heads_e, other=0.0).to(ACC)[None, :]
     loads = inside[:, None] & heads_e[None, :]
-    pair = inside[:, None] & inside[None, :]
-    # the bias [S, L, L, H], heads last
+    # the bias [S, L, L, H], heads last, read only at pairs of one graph (a few sectors of
+    # each query's row); other keys -inf. Padding positions (graph -1) and those past the
+    # length (-2) see their own kind with bias 0: finite scores, never stored, whose zero
+    # gradients must not meet a NaN.
+    graph = tl.load(graph_ptr + position, mask=inside, other=-2)
+    same = graph[:, None] == graph[None, :]
+    pair = same & (graph[:, None] >= 0)
     block = ((s * length + i[:, None]) * length + i[None, :]) * heads + h
-    # keys past the length masked; queries past it get finite scores (never stored, and
-    # their zero gradients must not meet a NaN)
     bias = tl.load(bias_ptr + block, mask=pair, other=0.0).to(ACC)
-    bias = tl.where(inside[None, :], bias, float("-inf"))
+    bias = tl.where(same, bias, float("-inf"))
     scores = tl.dot(q, tl.trans(k), out_dtype=ACC) * scale + bias
     scores = scores - tl.max(scores, 1)[:, None]
     probs = tl.exp(scores)
@@ -126,8 +131,8 @@ def _zero_orphans(out_ptr, seq_row_ptr, row_seq_ptr, block, h, count, width: tl.
 
 
 @triton.jit
-def _forward(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, out_ptr,
-             count, rows_count, replica_sequences, length, heads, dim: tl.constexpr,
+def _forward(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, graph_ptr, bias_ptr, seed_ptr,
+             out_ptr, count, rows_count, replica_sequences, length, heads, dim: tl.constexpr,
              head_dim: tl.constexpr, scale, dropout_p, BLOCK_L: tl.constexpr,
              BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr, ACC: tl.constexpr):
     s, h = tl.program_id(0), tl.program_id(1)
@@ -136,8 +141,8 @@ def _forward(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, see
                       head_dim, 1, BLOCK_E)
     else:
         rows, owned, loads, q, k, v, pair, block, probs, keep = _block(
-            x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
-            replica_sequences, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L,
+            x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, graph_ptr, bias_ptr, seed_ptr,
+            s, h, replica_sequences, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L,
             BLOCK_E, DROPOUT, ACC)
         if DROPOUT:
             probs = tl.where(keep, probs / (1.0 - dropout_p), 0.0)
@@ -148,15 +153,18 @@ def _forward(x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, see
 
 
 @triton.jit
-def _gradients(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr,
-               seed_ptr, grad_qkv_ptr, grad_bias_ptr, sums_ptr, s, h, replica_sequences, length,
-               heads, dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
-               BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
-               ACC: tl.constexpr):
-    """One (sequence, head) block's gradients: its owned rows' q, k, v and their sums, its bias."""
+def _gradients(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, graph_ptr,
+               bias_ptr, seed_ptr, grad_qkv_ptr, grad_bias_ptr, sums_ptr, s, h,
+               replica_sequences, length, heads, dim: tl.constexpr, head_dim: tl.constexpr,
+               scale, dropout_p, BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr,
+               DROPOUT: tl.constexpr, ACC: tl.constexpr):
+    """One (sequence, head) block's gradients: its owned rows' q, k, v and their sums, its bias.
+
+    The bias's only at pairs of one graph (the rest of ``grad_bias`` is left as it was).
+    """
     rows, owned, loads, q, k, v, pair, block, probs, keep = _block(
-        x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr, s, h,
-        replica_sequences, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E,
+        x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, graph_ptr, bias_ptr, seed_ptr, s,
+        h, replica_sequences, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E,
         DROPOUT, ACC)
     e = tl.arange(0, BLOCK_E)
     stores = owned[:, None] & loads
@@ -187,8 +195,8 @@ def _gradients(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, b
 
 
 @triton.jit
-def _backward(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr, seed_ptr,
-              grad_qkv_ptr, grad_bias_ptr, sums_ptr, count, rows_count, replica_sequences,
+def _backward(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, graph_ptr, bias_ptr,
+              seed_ptr, grad_qkv_ptr, grad_bias_ptr, sums_ptr, count, rows_count, replica_sequences,
               length, heads, dim: tl.constexpr, head_dim: tl.constexpr, scale, dropout_p,
               BLOCK_L: tl.constexpr, BLOCK_E: tl.constexpr, DROPOUT: tl.constexpr,
               ACC: tl.constexpr):
@@ -197,10 +205,10 @@ def _backward(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bi
         _zero_orphans(grad_qkv_ptr, seq_row_ptr, row_seq_ptr, s - count, h, rows_count,
                       3 * dim, dim, head_dim, 3, BLOCK_E)
     else:
-        _gradients(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, bias_ptr,
-                   seed_ptr, grad_qkv_ptr, grad_bias_ptr, sums_ptr, s, h, replica_sequences,
-                   length, heads, dim, head_dim, scale, dropout_p, BLOCK_L, BLOCK_E, DROPOUT,
-                   ACC)
+        _gradients(grad_ptr, x_ptr, w_ptr, qkv_bias_ptr, seq_row_ptr, row_seq_ptr, graph_ptr,
+                   bias_ptr, seed_ptr, grad_qkv_ptr, grad_bias_ptr, sums_ptr, s, h,
+                   replica_sequences, length, heads, dim, head_dim, scale, dropout_p, BLOCK_L,
+                   BLOCK_E, DROPOUT, ACC)
 
 
 def _launch(x: Tensor, qkv_bias: Tensor, bias: Tensor,
@@ -221,21 +229,23 @@ def _launch(x: Tensor, qkv_bias: Tensor, bias: Tensor,
 
 
 def forward(x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
-            row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float, scale: float,
-            out: Tensor) -> None:
+            row_sequence: Tensor, sequence_graph: Tensor, bias: Tensor, seed: Tensor,
+            dropout_p: float, scale: float, out: Tensor) -> None:
     """Writes each row's attention into ``out`` ``[T, D]`` (orphans: zeros); shapes as the op's."""
     grid, sizes, constants = _launch(x, qkv_bias, bias, dropout_p)
-    _forward[grid](x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, out, *sizes,
-                   scale, dropout_p, **constants)
+    _forward[grid](x, weight, qkv_bias, sequence_row, row_sequence, sequence_graph, bias, seed,
+                   out, *sizes, scale, dropout_p, **constants)
 
 
 def backward(grad: Tensor, x: Tensor, weight: Tensor, qkv_bias: Tensor, sequence_row: Tensor,
-             row_sequence: Tensor, bias: Tensor, seed: Tensor, dropout_p: float, scale: float,
-             grad_qkv: Tensor, grad_bias: Tensor, sums: Tensor) -> None:
+             row_sequence: Tensor, sequence_graph: Tensor, bias: Tensor, seed: Tensor,
+             dropout_p: float, scale: float, grad_qkv: Tensor, grad_bias: Tensor,
+             sums: Tensor) -> None:
     """Writes the projection's and ``bias``'s gradients and the former's per-sequence sums.
 
-    Shapes: ``grad_qkv`` ``[T, 3D]``, ``grad_bias`` ``[S, L, L, H]``, ``sums`` ``[S, 3D]``.
+    Shapes: ``grad_qkv`` ``[T, 3D]``, ``grad_bias`` ``[S, L, L, H]`` (at pairs of one graph
+    only), ``sums`` ``[S, 3D]``.
     """
     grid, sizes, constants = _launch(x, qkv_bias, bias, dropout_p)
-    _backward[grid](grad, x, weight, qkv_bias, sequence_row, row_sequence, bias, seed, grad_qkv,
-                    grad_bias, sums, *sizes, scale, dropout_p, **constants)
+    _backward[grid](grad, x, weight, qkv_bias, sequence_row, row_sequence, sequence_graph, bias,
+                    seed, grad_qkv, grad_bias, sums, *sizes, scale, dropout_p, **constants)

@@ -94,8 +94,10 @@ def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch, heads_last: b
 
     Within a graph as on the grid (:class:`~graphormer_sepnorm.nn.bias_encoders.AttentionBias`:
     a pair of atoms its pair bias, a pair with the graph token the virtual distance); ``-inf``
-    between graphs. Padding positions share graph ``-1``, so each sees some finite key and
-    softmax never yields NaN. ``heads_last``: ``[S, L, L, H]``, the pairs' own order, which
+    between graphs (:func:`~.row_attention.graph_pairs`). Padding positions share graph ``-1``
+    and see each other with bias 0, so each sees some finite key and softmax never yields NaN.
+    Only pairs of one graph pass a gradient back (the row attention kernels leave the others'
+    unwritten). ``heads_last``: ``[S, L, L, H]``, the pairs' own order, which
     the row attention kernels read (the pair bias's sums over hops then write it in place,
     with no permuted float32 copy between). ``dtype``: the pair bias's, before the virtual
     distance and ``-inf`` go in (the layers'; its gradient summed over the layers is then
@@ -106,11 +108,10 @@ def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch, heads_last: b
     graph = batch.sequence_graph  # [S, L]
     count, length = graph.shape
     token = (batch.sequence_row < batch.node_mask.shape[0]).view(count, 1, length, 1)
-    same = (graph.unsqueeze(-1) == graph.unsqueeze(-2)).unsqueeze(-1)
     virtual = encoders.virtual_distance.to(pair.dtype)
     pair = pair.view(count, length, length, -1)
-    within = torch.where(token | token.transpose(1, 2), virtual, pair).masked_fill(
-        ~same, float("-inf"))
+    within = row_attention.graph_pairs(
+        graph, torch.where(token | token.transpose(1, 2), virtual, pair))
     return within if heads_last else within.permute(0, 3, 1, 2)
 
 
@@ -188,7 +189,8 @@ def attend_sequences(attention: BiasedMultiheadAttention, x: Tensor, bias: Tenso
         # the weight in the rows' dtype, as autocast gives F.linear
         return row_attention.attend(
             x, attention.qkv.weight.to(x.dtype), attention.qkv.bias, batch.sequence_row,
-            batch.row_sequence, bias, attention.dropout if attention.training else 0.0,
+            batch.row_sequence, batch.sequence_graph, bias,
+            attention.dropout if attention.training else 0.0,
             (x.shape[-1] // attention.num_heads) ** -0.5)
     qkv = attention.qkv(x).index_select(0, batch.sequence_row)
     rows, _ = attention.attend(qkv.view(*batch.sequence_graph.shape, -1), bias)

@@ -40,6 +40,7 @@ def test_row_attention_computes_what_the_gathers_do(train, options, monkeypatch)
     _, placed = sequence_batches(store, np.arange(len(store)), int(store.sizes.sum()) + 7)
     expected = run(model, placed, train, graph_token_only=False)
     calls = forced(monkeypatch)
+    poisoned(monkeypatch)
     got = run(op_model, placed, train, graph_token_only=False)
     assert_same(expected, got, 1e-10)
     assert len(calls) == 3  # each layer's
@@ -53,6 +54,8 @@ def test_packed_replicas_fold_into_one_call(monkeypatch) -> None:
     for force in (False, True):
         with monkeypatch.context() as patch:
             calls = forced(patch) if force else []
+            if force:
+                poisoned(patch)
             packed = PackedReplicas([copy.deepcopy(model), copy.deepcopy(model)]).train()
             out = packed(placed)
             out.pow(2).sum().backward()
@@ -60,6 +63,24 @@ def test_packed_replicas_fold_into_one_call(monkeypatch) -> None:
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-10, atol=1e-10)
     assert results[1][2] == 2  # the last layer: graph tokens only, on the grid
+
+
+def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The op's bias gradient NaN outside pairs of one graph, where it is unspecified.
+
+    The kernels leave it unwritten there; a caller that let it through would show NaN.
+    """
+    original = row_attention._row_attention_backward
+
+    def backward(grad, x, weight, qkv_bias, sequence_row, row_sequence, sequence_graph, bias,
+                 *rest):
+        grad_qkv, grad_bias, sums = original(grad, x, weight, qkv_bias, sequence_row,
+                                             row_sequence, sequence_graph, bias, *rest)
+        graph = sequence_graph.view(bias.shape[:2]).unsqueeze(-1)
+        pairs = (graph == graph.transpose(1, 2)) & (graph >= 0)
+        return grad_qkv, grad_bias.masked_fill(~pairs.unsqueeze(-1), float("nan")), sums
+
+    monkeypatch.setattr(row_attention, "_row_attention_backward", backward)
 
 
 def by_hand() -> tuple[torch.Tensor, ...]:
@@ -71,19 +92,19 @@ def by_hand() -> tuple[torch.Tensor, ...]:
     sequence_row = torch.tensor([0, 2, 3, 1, 1, 4, 2, 0])
     row_sequence = torch.tensor([0, 4, 1, 2, 5, 3])
     graph = torch.tensor([[0, 0, 0, -1], [1, 1, -1, -1]])
-    same = graph[:, :, None, None] == graph[:, None, :, None]
-    # heads last, [S, L, L, H]
-    bias = torch.randn(2, 4, 4, 2, dtype=torch.float64).masked_fill(~same, float("-inf"))
-    return sequence_row, row_sequence, bias
+    # heads last, [S, L, L, H]; the op reads it at pairs of one graph only
+    bias = torch.randn(2, 4, 4, 2, dtype=torch.float64)
+    return sequence_row, row_sequence, graph, bias
 
 
 def test_ownership_by_hand() -> None:
-    sequence_row, row_sequence, bias = by_hand()
+    sequence_row, row_sequence, graph, bias = by_hand()
     owned = row_attention.owned_rows(sequence_row, row_sequence)
     assert owned.tolist() == [True, True, True, True, True, False]
     x, weight, qkv_bias = (torch.randn(*shape, dtype=torch.float64)
                            for shape in ((6, 4), (12, 4), (12,)))
-    out = row_attention.attend(x, weight, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
+    out = row_attention.attend(x, weight, qkv_bias, sequence_row, row_sequence, graph, bias,
+                               0.0, 0.5)
     assert not out[5].any()  # the padding row
     # row 4 (B's atom) attends over B's two tokens only: rows 1 and 4 (plus the bias)
     q, k, v = (x @ weight.T + qkv_bias).view(6, 3, 2, 2).unbind(1)
@@ -95,17 +116,32 @@ def test_ownership_by_hand() -> None:
 
 def inputs() -> tuple[torch.Tensor, ...]:
     """``by_hand()``'s maps and bias, and rows, a weight and a bias that need gradients."""
-    sequence_row, row_sequence, bias = by_hand()
+    sequence_row, row_sequence, graph, bias = by_hand()
     x, weight, qkv_bias = (torch.randn(*shape, dtype=torch.float64, requires_grad=True)
                            for shape in ((6, 4), (12, 4), (12,)))
-    return x, weight, qkv_bias, sequence_row, row_sequence, bias.requires_grad_()
+    return x, weight, qkv_bias, sequence_row, row_sequence, graph, bias.requires_grad_()
+
+
+def test_graph_pairs_by_hand() -> None:
+    _, _, graph, bias = by_hand()
+    paired = row_attention.graph_pairs(graph, bias)
+    inf = float("-inf")
+    # sequence 1: graph B at positions 0, 1, padding at 2, 3
+    assert paired[1, :, :, 0].tolist() == [[bias[1, 0, 0, 0].item(), bias[1, 0, 1, 0].item(),
+                                            inf, inf],
+                                           [bias[1, 1, 0, 0].item(), bias[1, 1, 1, 0].item(),
+                                            inf, inf],
+                                           [inf, inf, 0.0, 0.0], [inf, inf, 0.0, 0.0]]
+    torch.testing.assert_close(paired[0, :3, :3], bias[0, :3, :3])
+    assert paired[0, 3, :3].eq(inf).all() and paired[0, :3, 3].eq(inf).all()
+    assert paired[0, 3, 3].eq(0).all()
 
 
 def test_compiled_op_equals_eager() -> None:
-    x, weight, qkv_bias, sequence_row, row_sequence, bias = inputs()
+    x, weight, qkv_bias, sequence_row, row_sequence, graph, bias = inputs()
 
     def step(function):
-        out = function(x, weight, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
+        out = function(x, weight, qkv_bias, sequence_row, row_sequence, graph, bias, 0.0, 0.5)
         return (out, *torch.autograd.grad(out.sin().sum(), (x, weight, qkv_bias, bias)))
 
     eager = step(row_attention.attend)
@@ -140,9 +176,9 @@ def test_kernels_that_fail_or_disagree_are_not_used(monkeypatch) -> None:
     def broken(*args):
         raise RuntimeError("no such kernel")
 
-    def wrong(x, weight, qkv_bias, sequence_row, row_sequence, bias, dropout_p, scale):
+    def wrong(x, weight, qkv_bias, sequence_row, row_sequence, graph, bias, dropout_p, scale):
         return 2 * row_attention.reference(x, weight, qkv_bias, sequence_row, row_sequence,
-                                           bias, scale)
+                                           graph, bias, scale)
 
     cpu = torch.device("cpu")
     for attend, message in ((broken, "failed on cpu"), (wrong, "disagree"),
@@ -178,11 +214,12 @@ def test_no_check_inside_vmap_and_prepare_checks_where_kernels_run(monkeypatch) 
 
 def test_the_ops_gradients_are_the_references() -> None:
     # the op's backward: the projection's gradient, two products and the per-sequence sums
-    x, weight, qkv_bias, sequence_row, row_sequence, bias = inputs()
+    x, weight, qkv_bias, sequence_row, row_sequence, graph, bias = inputs()
     wrt = (x, weight, qkv_bias, bias)
-    out = row_attention.attend(x, weight, qkv_bias, sequence_row, row_sequence, bias, 0.0, 0.5)
-    expected = row_attention.reference(x, weight, qkv_bias, sequence_row, row_sequence, bias,
-                                       0.5)
+    out = row_attention.attend(x, weight, qkv_bias, sequence_row, row_sequence, graph, bias, 0.0,
+                               0.5)
+    expected = row_attention.reference(x, weight, qkv_bias, sequence_row, row_sequence, graph,
+                                       bias, 0.5)
     torch.testing.assert_close(out, expected)
     for got, want in zip(torch.autograd.grad(out.sin().sum(), wrt),
                          torch.autograd.grad(expected.sin().sum(), wrt), strict=True):
@@ -190,10 +227,10 @@ def test_the_ops_gradients_are_the_references() -> None:
 
 
 def test_backward_sums_the_projection_gradient_per_sequence() -> None:
-    x, weight, qkv_bias, sequence_row, row_sequence, bias = inputs()
+    x, weight, qkv_bias, sequence_row, row_sequence, graph, bias = inputs()
     grad = torch.randn(6, 4, dtype=torch.float64)
     grad_qkv, _, sums = row_attention._row_attention_backward(
-        grad, x, weight[None], qkv_bias[None], sequence_row, row_sequence, bias,
+        grad, x, weight[None], qkv_bias[None], sequence_row, row_sequence, graph.view(-1), bias,
         torch.zeros(1, dtype=torch.long), 0.0, 0.5)
     assert not grad_qkv[5].any()  # the padding row owns nothing
     # sequence 0 holds graph A (rows 0, 2, 3), sequence 1 graph B (rows 1, 4)
