@@ -95,6 +95,11 @@ from graphormer_sepnorm.training.factory import graphormer_module  # noqa: E402
 #: model-steps of each table: 8 runs (4 seeds x 2 norms) of the recipe's steps.
 TABLES = {"zinc_subset": 8 * 400_000, "molhiv": 8 * 20 * 257}
 HOPS = {"zinc_subset": 20, "molhiv": 5}
+#: Molecules in the statistics and validation batches counted. They run eagerly, and what is
+#: counted of them (launches, host syncs) does not depend on their size; at the training
+#: batch's size K=8's validation materialized every replica's ``[P, S, H]`` hop embeddings and
+#: ran out of this machine's 24 GB.
+EVAL_BATCH = 32
 
 
 def build(name: str, seeds: list[int] | None, args: argparse.Namespace) -> tuple[Any, ...]:
@@ -231,7 +236,7 @@ def measure(name: str, store: GridGraphs, seeds: list[int] | None,
         with cuda_gather():  # the step's gather; the model's construction gathers eagerly
             counts = _counted(recorder, lambda: training_step(module, optimizer, schedule,
                                                               gather))
-        stats_batch = batches(store, batch_size, None, gen)()
+        stats_batch = batches(store, min(batch_size, EVAL_BATCH), None, gen)()
         stats = _counted(recorder, lambda: _statistics_pass(module, stats_batch))
         val = _counted(recorder, lambda: _validation_batch(module, stats_batch))
     graphed = args.compile == "reduce-overhead"
