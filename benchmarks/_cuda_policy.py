@@ -187,8 +187,6 @@ def cuda_attention() -> Iterator[None]:
             row_attention.applies = saved_rows
 
 
-
-
 def row_attention_applies(length: int) -> bool:
     """Whether attention sequences of ``length`` take the row attention op on CUDA.
 

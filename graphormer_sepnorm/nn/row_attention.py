@@ -21,7 +21,7 @@ dropped), and a padding row that owns none gets zeros. A query sees the keys of 
 0. The bias is read only at pairs of one graph, and its gradient is written only there: the
 rest of the ``[S, L, L, H]`` gradient is unspecified (the kernels leave it unwritten, which
 saves about half of the bias's bytes at ZINC-subset's sizes; the reference writes zeros), so
-a caller must discard it, as :func:`~.token_rows.sequence_bias`'s ``masked_fill`` does.
+a caller must discard it, as :func:`~.token_rows.sequence_bias` does (:func:`graph_pairs`).
 """
 
 from __future__ import annotations
