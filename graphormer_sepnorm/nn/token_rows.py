@@ -97,9 +97,9 @@ def sequence_bias(encoders: AttentionBias, batch: GraphormerBatch, heads_last: b
     between graphs (:func:`~.row_attention.graph_pairs`). Padding positions share graph ``-1``
     and see each other with bias 0, so each sees some finite key and softmax never yields NaN.
     Only pairs of one graph pass a gradient back (the row attention kernels leave the others'
-    unwritten). ``heads_last``: ``[S, L, L, H]``, the pairs' own order, which
-    the row attention kernels read (the pair bias's sums over hops then write it in place,
-    with no permuted float32 copy between). ``dtype``: the pair bias's, before the virtual
+    unwritten). ``heads_last``: ``[S, L, L, H]``, the pairs' own order, which the row
+    attention kernels read (the pair bias's sums over hops then write it in place, with no
+    permuted float32 copy between). ``dtype``: the pair bias's, before the virtual
     distance and ``-inf`` go in (the layers'; its gradient summed over the layers is then
     stored in it too, not in float32).
     """
