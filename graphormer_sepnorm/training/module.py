@@ -221,8 +221,13 @@ class GraphormerModule(LightningModule):
     def setup(self, stage: str) -> None:
         """At fit start: refuses size-grouped batches for BatchNorm, loads ``init_from``.
 
-        Also sets the target scaler when ``standardize_targets``.
+        Also sets the target scaler when ``standardize_targets``, and lets deterministic runs
+        leave new tensors unfilled (see below).
         """
+        # A deterministic trainer (`deterministic: warn` in the configs) has PyTorch fill every
+        # new tensor with NaN, to expose reads of memory never written: about a tenth of a small
+        # set's CPU step. Every op here writes what it reads, so the runs stay the same.
+        torch.utils.deterministic.fill_uninitialized_memory = False
         if stage != "fit":
             return
         refuse_size_grouped_batch_norm(self.model, self.trainer.datamodule)
