@@ -6,13 +6,8 @@ build is cached under ``$GRAPHORMER_SEPNORM_CACHE`` (default
 ``~/.cache/graphormer_sepnorm``), named by a hash of the source, the flags and the compiler,
 and written through a temporary file, so processes starting together (DDP) do not clash.
 
-``GRAPHORMER_SEPNORM_NATIVE`` chooses what happens:
-
-- unset or ``auto``: build when the CPU has AVX2 and a compiler is there; otherwise warn once
-  and let callers fall back to plain torch.
-- ``0``: never build; callers use plain torch.
-- ``require``: as ``auto``, but raise instead of falling back (used by ``make test``, so that
-  CI exercises the kernels).
+Where the CPU lacks AVX2, no compiler is found or a build fails, :func:`load` warns once and
+the callers compute the same function in plain torch (dropout draws differ).
 """
 
 from __future__ import annotations
@@ -33,14 +28,6 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared", "-fno-math-errno")
 """Compiler flags; no ``-ffast-math``, which would drop the ``-inf`` of masked keys."""
 
 
-def mode() -> str:
-    """``auto``, ``0`` or ``require``, from ``GRAPHORMER_SEPNORM_NATIVE``."""
-    value = os.environ.get("GRAPHORMER_SEPNORM_NATIVE", "auto").strip().lower() or "auto"
-    if value not in ("auto", "0", "require"):
-        raise ValueError(f"GRAPHORMER_SEPNORM_NATIVE must be auto, 0 or require, got {value!r}")
-    return value
-
-
 def cache_dir() -> Path:
     """Where built libraries are kept."""
     default = Path.home() / ".cache" / "graphormer_sepnorm"
@@ -53,8 +40,6 @@ def _compiler() -> str | None:
 
 def _why_unavailable() -> str | None:
     """Why no kernel can be built here, or ``None`` when one can."""
-    if mode() == "0":
-        return "disabled by GRAPHORMER_SEPNORM_NATIVE=0"
     capability = torch.backends.cpu.get_cpu_capability()
     if capability not in ("AVX2", "AVX512"):
         return f"the CPU lacks AVX2 (torch reports {capability})"
@@ -90,8 +75,8 @@ def _compile(source: Path, defines: dict[str, int]) -> Path:
 def load(name: str, **defines: int) -> ctypes.CDLL | None:
     """The kernel library ``name`` (a ``.c`` file beside this module) built with ``defines``.
 
-    Returns ``None``, after one warning, when it cannot be built and the mode is ``auto``;
-    raises in mode ``require``. Cached per arguments for the process.
+    Returns ``None``, after one warning, when it cannot be built. Cached per arguments for
+    the process.
     """
     why = _why_unavailable()
     if why is None:
@@ -99,9 +84,6 @@ def load(name: str, **defines: int) -> ctypes.CDLL | None:
             return ctypes.CDLL(str(_compile(Path(__file__).with_name(f"{name}.c"), defines)))
         except (OSError, RuntimeError) as error:
             why = str(error)
-    if mode() == "require":
-        raise RuntimeError(f"GRAPHORMER_SEPNORM_NATIVE=require, but {name}: {why}")
-    if mode() != "0":
-        warnings.warn(f"graphormer_sepnorm: plain torch instead of the {name} kernel: {why}",
-                      RuntimeWarning, stacklevel=2)
+    warnings.warn(f"graphormer_sepnorm: plain torch instead of the {name} kernel: {why}",
+                  RuntimeWarning, stacklevel=2)
     return None
