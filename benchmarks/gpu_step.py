@@ -3,13 +3,12 @@ r"""Training steps per second: the plain Lightning loop against the GPU-first en
 For Graphormer-slim (12 layers, hidden 80, 8 heads, 20 hops) on ZINC-subset (batch 256) and
 MolHIV (batch 128), through ``lightning.Trainer.fit`` as the CLI runs it:
 
-- ``lightning``: today's loop: the collator's batches from a DataLoader (``engine='loader'``),
-  float32, ``deterministic='warn'`` as the dataset configs set it;
-- ``engine``: ``configs/presets/gpu_fast.yaml``: batches gathered on the device
-  (``engine='device'``), bf16-mixed and ``torch.compile`` on a GPU with the preset's mode
-  (``--compile``; float32 and eager on a CPU, where the CPU backend's float32 path is the fast
-  one),
-  ``deterministic=False``; the warmup steps absorb the compilation;
+- ``lightning``: the collator's batches from a DataLoader (no engine), float32,
+  ``deterministic='warn'`` as the dataset configs set it;
+- ``engine``: ``configs/presets/gpu_fast.yaml``: grid batches gathered on the device
+  (``graphormer_sepnorm.grid.GridEngine``), bf16-mixed and ``torch.compile`` on a GPU with the
+  preset's mode (``--compile``; float32 and eager on a CPU, where the CPU wing's float32 path is
+  the fast one), ``deterministic=False``; the warmup steps absorb the compilation;
 - ``packed K``: the engine with ``K`` packed replicas (``--model.seeds``): ``model_steps_per_s``
   counts each replica's steps.
 
@@ -49,13 +48,9 @@ from torch_geometric.data import Data
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _flops import model_flops  # noqa: E402
 
-from graphormer_sepnorm.campaign.step_profile import (  # noqa: E402
-    profile_activities,
-    profile_report,
-    sync,
-)
 from graphormer_sepnorm.datasets.base import GraphDataModule  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
+from graphormer_sepnorm.grid import GridEngine  # noqa: E402
 from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
 from graphormer_sepnorm.training.batch_statistics import (  # noqa: E402
     ReestimateGraphTokenStatistics,
@@ -78,17 +73,9 @@ def preset_compile_mode() -> str:
 
 
 def preset_train_length() -> str:
-    """The ``data.init_args.train_length`` of ``configs/presets/gpu_fast.yaml``."""
-    return _preset_data("train_length", "bucketed")
-
-
-def preset_train_tokens() -> str:
-    """The ``data.init_args.train_tokens`` of ``configs/presets/gpu_fast.yaml``."""
-    return _preset_data("train_tokens", "grid")
-
-
-def _preset_data(name: str, default: str) -> str:
-    return _preset().get("data", {}).get("init_args", {}).get(name, default)
+    """The grid engine's ``train_length`` in ``configs/presets/gpu_fast.yaml``."""
+    engine = _preset()["data"]["init_args"]["engine"]
+    return engine.get("init_args", {}).get("train_length", "bucketed")
 
 
 def _preset() -> dict:
@@ -141,49 +128,40 @@ class StepTimer(Callback):
     gather included, without waiting for the device: near the step's whole time, the step is
     bound by the host's launches), the graphs dynamo compiled, the CUDA graph skips and the
     padded lengths first seen (each a new shape: a compile or a CUDA graph recording) during
-    the timed steps, and, with ``profile_steps``, a ``torch.profiler`` table of that many more
-    steps after them.
+    the timed steps.
     """
 
-    def __init__(self, warmup: int, steps: int, profile_steps: int = 0, label: str = "") -> None:
-        self.warmup, self.steps, self.profile_steps = warmup, steps, profile_steps
-        self.label = label
+    def __init__(self, warmup: int, steps: int) -> None:
+        self.warmup, self.steps = warmup, steps
         self.start: float | None = None
         self.seconds, self.host, self.compiled, self.last_end = 0.0, [], {}, 0.0
-        self.profiler: torch.profiler.profile | None = None
         self.lengths: set[int] = set()
         self.new_lengths = 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        """Starts the clock at the first timed step, stops it (and profiles) after the last."""
-        step = trainer.global_step
-        if step == self.warmup and self.start is None:
+        """Starts the clock at the first timed step."""
+        if trainer.global_step == self.warmup and self.start is None:
             sync()
             self.compiled = compile_counters()
             self.start = time.perf_counter()
-        elif step == self.warmup + self.steps and self.profile_steps and self.profiler is None:
-            self._stop()
-            self.profiler = torch.profiler.profile(activities=profile_activities())
-            self.profiler.__enter__()
         mask = getattr(batch, "node_mask", None)
         if mask is not None and mask.shape[-1] not in self.lengths:
             self.lengths.add(mask.shape[-1])
-            self.new_lengths += self.start is not None and self.profiler is None
+            self.new_lengths += self.start is not None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """The host's seconds of a timed step."""
         now = time.perf_counter()
-        if self.start is not None and self.profiler is None:
+        if self.start is not None:
             self.host.append(now - max(self.last_end, self.start))
         self.last_end = now
 
     def on_train_end(self, trainer, pl_module) -> None:
-        """Stops the clock (or the profiler) once the device is done."""
-        if self.profiler is not None:
-            sync()
-            self.profiler.__exit__(None, None, None)
-        else:
-            self._stop()
+        """Stops the clock once the device is done."""
+        sync()
+        self.seconds = time.perf_counter() - self.start
+        before, self.compiled = self.compiled, compile_counters()
+        self.compiled = {k: v - before.get(k, 0) for k, v in self.compiled.items()}
 
     def steady_seconds(self) -> float:
         """A timed step's seconds without the one-off ones (host time over 5x the median).
@@ -196,14 +174,11 @@ class StepTimer(Callback):
             return self.seconds / max(len(host), 1)
         return (self.seconds - host[slow].sum()) / (~slow).sum()
 
-    def _stop(self) -> None:
-        sync()
-        self.seconds = time.perf_counter() - self.start
-        before, self.compiled = self.compiled, compile_counters()
-        self.compiled = {k: v - before.get(k, 0) for k, v in self.compiled.items()}
-        if self.profile_steps:  # the figure first: a profiler that fails must not take it
-            print(f"{self.label}: {self.steps / self.seconds:.1f} steps/s timed, profiling "
-                  f"{self.profile_steps} more", flush=True)
+
+def sync() -> None:
+    """Waits for the GPU's queued work (nothing on a CPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def compile_counters() -> dict[str, int]:
@@ -215,21 +190,19 @@ def compile_counters() -> dict[str, int]:
 
 
 def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
-        seeds: list[int] | None, batch_size: int, train_tokens: str = "grid") -> dict:
-    """One timed fit; returns the row (``train_tokens``: the engine's training batches')."""
+        seeds: list[int] | None, batch_size: int) -> dict:
+    """One timed fit; returns the row."""
     cuda = torch.cuda.is_available()
     engine = path != "lightning"
     data = ListDataModule(name, graphs, batch_size=batch_size,
-                          engine="device" if engine else "loader", replica_seeds=seeds,
-                          train_length=args.train_length, train_tokens=train_tokens)
+                          engine=GridEngine(args.train_length) if engine else None)
     config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=args.hops)
     model = graphormer_module(dataset_info=data.dataset_info, config=config, seeds=seeds,
                              warmup_steps=1, total_steps=args.warmup + args.steps,
                              compile=args.compile if engine else None)
-    profile_steps = args.profile_steps if args.profile_dir else 0
-    timer = StepTimer(args.warmup, args.steps, profile_steps, f"{name} {path}")
+    timer = StepTimer(args.warmup, args.steps)
     trainer = Trainer(accelerator="gpu" if cuda else "cpu", devices=1, logger=False,
-                      max_steps=args.warmup + args.steps + profile_steps, max_epochs=-1,
+                      max_steps=args.warmup + args.steps, max_epochs=-1,
                       precision="bf16-mixed" if engine and cuda else "32-true",
                       deterministic=False if engine else "warn", gradient_clip_val=5.0,
                       limit_val_batches=0, num_sanity_val_steps=0, enable_checkpointing=False,
@@ -238,10 +211,6 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer.fit(model, data)
-    if timer.profiler is not None:
-        args.profile_dir.mkdir(parents=True, exist_ok=True)
-        with (args.profile_dir / "step_profiles.txt").open("a") as file:
-            file.write(profile_report(timer.profiler, f"{name} {path}", profile_steps))
     steps_per_s = args.steps / timer.seconds
     replicas = len(seeds) if seeds else 1
     # the grid's one length where it pads every batch alike (train_length: longest), else the
@@ -309,17 +278,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         default=preset_train_length(),
                         help="the engine's training batches' padding (default: the gpu_fast "
                              "preset's)")
-    parser.add_argument("--train-tokens", choices=["grid", "rows", "sequences"], nargs="+",
-                        default=[preset_train_tokens()],
-                        help="the engine's training batches' tokens (default: the gpu_fast "
-                             "preset's); both: each engine and packed row for each")
     parser.add_argument("--paths", nargs="+", default=["lightning", "engine", "packed"],
                         choices=["lightning", "engine", "packed"],
                         help="which rows (default all; packed: one per --k)")
-    parser.add_argument("--profile-dir", type=Path,
-                        help="profile --profile-steps more steps after each row's timed ones, "
-                             "into DIR/step_profiles.txt (launches per step, top operators)")
-    parser.add_argument("--profile-steps", type=int, default=5, help="default 5")
     args = parser.parse_args(argv)
     args.compile = None if args.compile in (None, "none") else args.compile
     torch.set_float32_matmul_precision("high")
@@ -329,9 +290,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         graphs = (load_graphs(args.prepared / name / "train.npz") if args.prepared
                   else synthetic(name, args.synthetic))
         batch_size = max(2, round(DATASETS[name][0] * args.batch_scale))
-        for path, seeds, tokens in planned_runs(args):
-            row = fit(name, graphs, args, path, seeds, batch_size, tokens) | {
-                "batch": batch_size, "train_tokens": tokens}
+        for path, seeds in planned_runs(args):
+            row = fit(name, graphs, args, path, seeds, batch_size) | {"batch": batch_size}
             row["of_matmul"] = row["tflops"] / reference
             rows.append(row)
             print(f"{name:12s} {path:10s} {row['steps_per_s']:8.1f} steps/s "
@@ -347,19 +307,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return rows
 
 
-def planned_runs(args: argparse.Namespace) -> list[tuple[str, list[int] | None, str]]:
-    """``(path, seeds, train_tokens)`` of each timed fit, in order.
-
-    With several ``--train-tokens`` each engine and packed row is timed for each, one after
-    the other (the same machine and warm caches), the path naming it: ``packed 4 rows``.
-    """
-    runs = [("lightning", None, "grid")] if "lightning" in args.paths else []
-    both = len(args.train_tokens) > 1
-    named = [("engine", None)] if "engine" in args.paths else []
-    named += [(f"packed {k}", list(range(k))) for k in args.k if "packed" in args.paths]
-    for path, seeds in named:
-        runs += [(f"{path} {tokens}" if both else path, seeds, tokens)
-                 for tokens in args.train_tokens]
+def planned_runs(args: argparse.Namespace) -> list[tuple[str, list[int] | None]]:
+    """``(path, seeds)`` of each timed fit, in order."""
+    runs: list[tuple[str, list[int] | None]] = []
+    runs += [("lightning", None)] if "lightning" in args.paths else []
+    runs += [("engine", None)] if "engine" in args.paths else []
+    runs += [(f"packed {k}", list(range(k))) for k in args.k if "packed" in args.paths]
     return runs
 
 

@@ -32,8 +32,7 @@ class GraphormerCLI(LightningCLI):
     """Links what the model must agree on with the data.
 
     ``model.dataset_info`` (task, targets, feature dims, featurizer) comes from the datamodule,
-    the datamodule's collator keeps as many hops as the model's edge encoder uses, and packed
-    replicas (``model.seeds``) each draw their own batches (``data.replica_seeds``). ``--gp``
+    and the datamodule's collator keeps as many hops as the model's edge encoder uses. ``--gp``
     configures the fingerprint GP blended with the network
     (:class:`~graphormer_sepnorm.ensemble.callback.FingerprintGPBlend`). ``fit``
     ends with a summary (:func:`~graphormer_sepnorm.training.report.fit_summary`), with the best
@@ -45,7 +44,6 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.dataset_info", "model.dataset_info", apply_on="instantiate")
         parser.link_arguments("model.config.multi_hop_max_dist",
                               "data.init_args.multi_hop_max_dist")
-        parser.link_arguments("model.seeds", "data.init_args.replica_seeds")
         # the fingerprint GP beside the network: --gp.weight (a fit's; else a checkpoint's)
         parser.add_lightning_class_args(FingerprintGPBlend, "gp")
         parser.add_argument("--test_best", type=bool, default=True,

@@ -117,20 +117,17 @@ def test_resumed_fit_ends_like_an_uninterrupted_one(tmp_path, whole):
         metrics["best"], rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.parametrize("engine", ["loader", "device"])
-def test_resumed_mid_epoch_ends_like_an_uninterrupted_one(tmp_path, whole, engine):
+def test_resumed_mid_epoch_ends_like_an_uninterrupted_one(tmp_path, whole):
     # the training batches resume after the ones the checkpoint had trained on: not the
     # epoch's first batches again (which would end elsewhere: see the control below)
     SaveMidEpochThenCrash.path = str(tmp_path / "mid.ckpt")
     with pytest.raises(Crash):
-        fit(tmp_path, "mid", "--trainer.callbacks+", f"{__name__}.SaveMidEpochThenCrash",
-            "--data.init_args.engine", engine)
+        fit(tmp_path, "mid", "--trainer.callbacks+", f"{__name__}.SaveMidEpochThenCrash")
     mid = load(tmp_path / "mid.ckpt")
     assert mid["global_step"] == 4
     assert mid["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [
         {"epoch": 1, "batches_done": 1}]
-    resumed = fit(tmp_path, "mid", "--ckpt_path", str(tmp_path / "mid.ckpt"),
-                  "--data.init_args.engine", engine)
+    resumed = fit(tmp_path, "mid", "--ckpt_path", str(tmp_path / "mid.ckpt"))
     assert resumed.trainer.global_step == 9
     last = Path(resumed.trainer.checkpoint_callback.dirpath) / "last.ckpt"
     assert_same_state(whole[0], load(last))
@@ -197,7 +194,7 @@ def test_packed_fit_resumed_mid_epoch_repeats_every_step(tmp_path):
     # Lightning restores each registered module's mode after a validation by setting its flag;
     # the packed replicas' skeleton is not registered, and stayed in eval mode: replicas
     # trained without dropout until a resume (whose steps then differed). Dropout is on here.
-    packed = ["--model.seeds", "[0, 1]", "--data.init_args.engine", "device",
+    packed = ["--model.seeds", "[0, 1]",
               "--trainer.callbacks+", f"{__name__}.SaveEveryStep"]
     SaveEveryStep.folder = tmp_path / "whole"
     SaveEveryStep.folder.mkdir()

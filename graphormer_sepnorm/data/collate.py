@@ -9,8 +9,7 @@ for batches mixing small and large molecules.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from typing import Literal
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -20,10 +19,6 @@ from torch_geometric.data import Data
 from graphormer_sepnorm.data.transform import AddShortestPaths
 
 _add_spd = AddShortestPaths()
-
-
-#: How a batch's fields are laid out (:attr:`GraphormerBatch.layout`).
-Layout = Literal["collated", "grid", "replica_grid"]
 
 
 @dataclass
@@ -51,40 +46,10 @@ class GraphormerBatch:
             those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.
             ``None`` when the lists are in any other order. Plain ints: reading it never
             synchronizes with a device.
-        row_position: ``[T]`` long, grid layouts only, or ``None``: the batch's tokens packed
-            as rows, for models that compute token-wise work on real tokens only
-            (:mod:`~graphormer_sepnorm.nn.token_rows`). Each row's position in the flattened
-            ``[B, 1 + N]`` token grid: rows ``0..B-1`` are the graph tokens, then every real
-            atom in grid order, then padding rows up to ``T`` (each at some position, read by
-            no real token).
-        position_row: ``[B * (1 + N)]`` long, with ``row_position``: the row of each grid
-            position, its inverse on real tokens (a padded position: some row, whose finite
-            token attention masks).
-        row_sequence: ``[T]`` long, with token rows, or ``None``: attention in sequences
-            (:mod:`~graphormer_sepnorm.data.sequences`): each row's position in the flattened
-            ``[S, L]`` sequences, several graphs to a sequence, each graph's tokens contiguous
-            (padding rows: some position). The pair fields are then those of the ``S * L * L``
-            position pairs of the sequences (real where both are atoms of one graph), not the
-            grid's.
-        sequence_row: ``[S * L]`` long, with ``row_sequence``: the row at each sequence
-            position, its inverse on real tokens (a padding position: some row).
-        sequence_graph: ``[S, L]`` long, with ``row_sequence``: the graph at each sequence
-            position, ``-1`` at padding (attention keeps graphs apart by it).
-        layout: ``'collated'`` (the collator's, above), ``'grid'`` (below) or
-            ``'replica_grid'``: grid batches of packed replicas, every field with a leading
-            ``[R]`` (one batch per replica; :class:`~graphormer_sepnorm.data.grid.GridGraphs`).
-            Set by whatever builds the batch; the model reads it, never the tensors' ranks.
 
-    The **grid layout** (:attr:`is_grid`, built by :class:`~graphormer_sepnorm.data.grid.GridGraphs`
-    for devices that want static shapes) holds every position of the padded grid instead of the
-    real ones: ``x`` and ``degree`` have ``B * N`` rows and ``node_slot`` is ``arange(B * N)``;
-    the pairs are all ``P = B * N * N`` of the grid, in order (``pair_slot`` is ``arange(P)``,
-    padded pairs at distance 0); ``hop_edge`` and ``hop_index`` are ``[P, S]``, ``S`` hop slots
-    per pair, slot ``s`` hop ``s`` (``hop_index`` an expanded ``arange(S)``, no memory of its
-    own), counting only below the pair's distance and ``K``, and
-    ``hop_pair`` is ``arange(P)``; ``edge_attr`` holds one row per edge *type* and ``hop_edge``
-    indexes it. Shapes then depend on ``B``, ``N`` and ``S`` only. ``pair_spd``, ``hop_index``
-    and ``hop_edge`` keep the small integer types of the store (``int8``, ``uint8``).
+    The model reads the layout through three methods, :meth:`atom_grid`, :meth:`with_pairs`
+    and :meth:`hop_sums`; the grid engine's :class:`~graphormer_sepnorm.grid.batch.GridBatch`
+    implements them for its static-shape layout.
     """
 
     x: Tensor
@@ -100,22 +65,40 @@ class GraphormerBatch:
     y: Tensor | None = None
     mol_x: Tensor | None = None
     hop_counts: tuple[int, ...] | None = None
-    layout: Layout = "collated"
-    row_position: Tensor | None = None
-    position_row: Tensor | None = None
-    row_sequence: Tensor | None = None
-    sequence_row: Tensor | None = None
-    sequence_graph: Tensor | None = None
-
-    @property
-    def is_grid(self) -> bool:
-        """Whether the batch is in the grid layout (static shapes; see the class docstring)."""
-        return self.layout != "collated"
 
     @property
     def num_graphs(self) -> int:
         """Number of graphs ``B``."""
         return self.node_mask.shape[0]
+
+    def atom_grid(self, atoms: Tensor) -> Tensor:
+        """Per-atom rows ``[T, D]`` placed in the padded grid ``[B, N, D]``, zero at padding."""
+        b, n = self.node_mask.shape
+        grid = atoms.new_zeros(b * n, atoms.shape[1]).index_copy(0, self.node_slot, atoms)
+        return grid.view(b, n, -1)
+
+    def with_pairs(self, bias: Tensor, pair: Tensor) -> Tensor:
+        """``bias`` ``[B, H, 1 + N, 1 + N]`` with each real pair's ``[P, H]`` values written in.
+
+        Pair ``(i, j)`` of graph ``g`` goes to ``bias[g, :, 1 + i, 1 + j]`` (in place).
+        """
+        n = self.node_mask.shape[1]
+        slot = self.pair_slot
+        graph, i, j = slot // (n * n), slot // n % n + 1, slot % n + 1
+        bias[graph, :, i, j] = pair
+        return bias
+
+    def hop_sums(self, table: Tensor, hops: int) -> Tensor:
+        """Each pair's sum over the first ``min(d, hops)`` hops of its path, ``[P, H]``.
+
+        ``table`` ``[hops * E, H]`` is hop-major: hop ``k`` over edge ``e`` reads row
+        ``k * E + e``. A product, not a boolean selection, drops later hops: no host
+        synchronization.
+        """
+        kept = (self.hop_index < hops).unsqueeze(1).to(table.dtype)
+        rows = self.hop_index.clamp(max=hops - 1) * len(self.edge_attr) + self.hop_edge
+        return table.new_zeros(len(self.pair_spd), table.shape[1]).index_add(
+            0, self.hop_pair, table[rows] * kept)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphormerBatch:
         """Returns a copy with every tensor moved to ``device``."""
@@ -127,10 +110,8 @@ class GraphormerBatch:
 
     def _map(self, move: Callable[[Tensor], Tensor]) -> GraphormerBatch:
         """A copy with ``move`` applied to every tensor field."""
-        return GraphormerBatch(**{
-            f.name: move(v) if isinstance(v := getattr(self, f.name), Tensor) else v
-            for f in fields(self)
-        })
+        return replace(self, **{f.name: move(v) for f in fields(self)
+                                if isinstance(v := getattr(self, f.name), Tensor)})
 
 
 def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -28,15 +28,10 @@ class ResumableBatchSampler(Sampler[list[int]]):
 
     Args:
         batches: the batch sampler (lists of indices; an epoch set by ``set_epoch``).
-        repair: a function of a whole epoch's batches that returns the batches to train on
-            (:func:`~graphormer_sepnorm.data.sequences.fit_epoch`); applied before the skip, so
-            a resumed epoch is the uninterrupted one's. ``None`` (default): none. Settable.
     """
 
-    def __init__(self, batches: Sampler[list[int]],
-                 repair: Callable[[list[list[int]]], list[list[int]]] | None = None) -> None:
+    def __init__(self, batches: Sampler[list[int]]) -> None:
         self.batches = batches
-        self.repair = repair
         self.epoch = 0
         self._resume: tuple[int, int] | None = None
 
@@ -61,8 +56,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self._resume = (int(epoch), int(skip))
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches: Iterator[list[int]] = iter(self.batches) if self.repair is None \
-            else iter(self.repair(list(self.batches)))
+        batches: Iterator[list[int]] = iter(self.batches)
         if self._resume is not None:
             epoch, skip = self._resume
             self._resume = None

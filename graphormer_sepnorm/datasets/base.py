@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Iterator, Sequence
+from types import FrameType
 from typing import Any, Literal
 
 import torch
@@ -12,17 +14,11 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler, add_shortest_paths
-from graphormer_sepnorm.data import sequences as attention_sequences
-from graphormer_sepnorm.data.device_batches import DeviceBatches
-from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.data.resumable import ResumableBatchSampler, ResumableLoader, batches_done
-from graphormer_sepnorm.nn import token_rows
+from graphormer_sepnorm.grid import DeviceBatches, GridEngine
 
 SPLITS = ("train", "val", "test")
 TrainBatches = Literal["random", "size_grouped"]
-Engine = Literal["loader", "device"]
-TrainLength = Literal["bucketed", "longest"]
-TrainTokens = Literal["grid", "rows", "sequences"]
 #: Batches per size-sorted pool when training batches are size-grouped (an opt-in).
 SIZE_GROUPED_POOL = 50
 
@@ -140,60 +136,23 @@ class GraphDataModule(LightningDataModule):
             batches of molecules of similar size (pools of 50 batches sorted by size), less
             padding on the CPU but biased batch statistics; an opt-in for models without
             BatchNorm, refused at fit time for one with it (SepNorm's default).
-        engine: ``'loader'`` (default): a DataLoader of the collator's batches. ``'device'``:
-            each split is walked once and kept on the training device
-            (:class:`~graphormer_sepnorm.data.grid.GridGraphs`); a step's batch is gathered
-            there with static shapes (``data.device_batches.DeviceBatches``), and the last
-            incomplete training batch of an epoch is dropped. On the CPU, where the
-            CPU backend runs the collator's batches fastest, ``'device'`` serves the loader's
-            (still dropping that batch), except for packed replicas, which need the grid.
-        replica_seeds: one seed per packed replica (the model's ``seeds``; the CLI links them):
-            each replica draws its own training batches. ``None``: one replica, ``seed``.
-        train_length: the padded length of the device engine's training batches.
-            ``'bucketed'`` (default): the batch's largest molecule rounded up to one of a
-            handful of lengths (:meth:`GridGraphs.lengths
-            <graphormer_sepnorm.data.grid.GridGraphs.lengths>`). ``'longest'``: every batch
-            padded to the split's largest (rounded up), one shape, so that a compiled training
-            step compiles once: on an H200 each padded length compiled MolHIV's step anew, about
-            100 s apiece (2026-11-27), for a step of milliseconds. Evaluation and statistics
-            batches keep the bucketed lengths: they run eagerly.
-        train_tokens: how the device engine's training batches hold their tokens. ``'grid'``
-            (default): every position of the padded grid. ``'rows'``: also as packed rows of
-            real tokens, a fixed count per fit (:meth:`GridGraphs.atom_rows_for
-            <graphormer_sepnorm.data.grid.GridGraphs.atom_rows_for>`), on which the model does
-            its token-wise work (:mod:`~graphormer_sepnorm.nn.token_rows`): the same function
-            with less padding to compute. ``'sequences'``: rows, and attention in sequences of
-            several molecules each, apart by a block-diagonal bias
-            (:mod:`~graphormer_sepnorm.data.sequences`), not on the padded grid: MolHIV's
-            training batches pad to 224 atoms for molecules of 25.
+        engine: a :class:`~graphormer_sepnorm.grid.engine.GridEngine` to serve grid batches
+            gathered on the training device (static shapes, for a compiled GPU step);
+            ``None`` (default): a DataLoader of the collator's batches, except for packed
+            replicas (a module with ``seeds``), which take a default ``GridEngine``.
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
                  eval_batch_size: int | None = None, num_workers: int = 0,
                  multi_hop_max_dist: int = 20, seed: int = 0,
-                 train_batches: TrainBatches = "random", engine: Engine = "loader",
-                 replica_seeds: list[int] | None = None,
-                 train_length: TrainLength = "bucketed",
-                 train_tokens: TrainTokens = "grid") -> None:
+                 train_batches: TrainBatches = "random",
+                 engine: GridEngine | None = None) -> None:
         super().__init__()
         if train_batches not in ("random", "size_grouped"):
             raise ValueError(f"train_batches must be 'random' or 'size_grouped', not "
                              f"{train_batches!r}")
-        if engine not in ("loader", "device"):
-            raise ValueError(f"engine must be 'loader' or 'device', not {engine!r}")
-        if replica_seeds is not None and engine != "device":
-            raise ValueError("packed replicas (replica_seeds) train with engine='device'")
-        if train_length not in ("bucketed", "longest"):
-            raise ValueError(f"train_length must be 'bucketed' or 'longest', not "
-                             f"{train_length!r}")
-        if train_tokens not in ("grid", "rows", "sequences"):
-            raise ValueError(f"train_tokens must be 'grid', 'rows' or 'sequences', not "
-                             f"{train_tokens!r}")
-        self.train_length, self.train_tokens = train_length, train_tokens
         self.train_batches = train_batches
         self.engine = engine
-        self.replica_seeds = list(replica_seeds) if replica_seeds else None
-        self._stores: dict[str, GridGraphs] = {}
         self.root = root
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
@@ -201,6 +160,19 @@ class GraphDataModule(LightningDataModule):
         self.multi_hop_max_dist = multi_hop_max_dist
         self.seed = seed
         self.splits: dict[str, list[Data]] | None = None
+
+    def save_hyperparameters(self, *args: Any, ignore: Sequence[str] | str | None = None,
+                             frame: FrameType | None = None, logger: bool = True) -> None:
+        """Lightning's, with ``engine`` kept as its plain config (checkpoints load weights-only).
+
+        ``engine`` is saved as ``{'class_path': ..., 'init_args': {...}}`` or ``None``, what
+        ``--data.init_args.engine`` takes back.
+        """
+        ignore = [ignore] if isinstance(ignore, str) else list(ignore or [])
+        super().save_hyperparameters(*args, ignore=[*ignore, "engine"],
+                                     frame=frame or inspect.currentframe().f_back, logger=logger)
+        engine = None if self.engine is None else self.engine.config()
+        super().save_hyperparameters({"engine": engine}, logger=logger)
 
     @property
     def dataset_info(self) -> dict[str, Any]:
@@ -248,44 +220,37 @@ class GraphDataModule(LightningDataModule):
     def _batches_done(self) -> int:
         return batches_done(self.trainer)
 
-    def _device(self) -> torch.device | None:
-        return self.trainer.strategy.root_device if self.trainer is not None else None
+    def _replica_seeds(self) -> list[int] | None:
+        """The seeds of the packed replicas being trained (the module's ``seeds``), if any."""
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        seeds = getattr(module, "seeds", None)
+        return list(seeds) if seeds else None
 
     def _loader(self, split: str, train: bool, packed: bool | None = None,
                 pad: bool = False) -> DataLoader | DeviceBatches:
-        device = self._device()
-        on_cpu = device is None or device.type == "cpu"
-        if self.engine == "device" and (not on_cpu or self.replica_seeds):
-            return self._device_batches(split, train, packed, device, pad)
+        """A split's batches; ``packed``: one per replica (default: for training batches).
+
+        ``pad``: padded as the engine pads training steps' batches.
+        """
+        seeds = self._replica_seeds()
+        if seeds and self.engine is None:
+            self.engine = GridEngine()
+        engine = self.engine
+        if engine is not None:
+            packed = train and seeds is not None if packed is None else packed
+            samplers = [self._sampler(split, train, seed, drop_last=train)
+                        for seed in (seeds if packed else [self.seed])]
+            device = self.trainer.strategy.root_device if self.trainer is not None else None
+            return engine.batches(split, self.splits[split], samplers, self.multi_hop_max_dist,
+                                  device, stack=packed, pad=pad, done=self._batches_done)
         loader, resumable = DataLoader, {}
         if train:
             loader, resumable = ResumableLoader, {"done": self._batches_done}
-        drop_last = train and self.engine == "device"  # as the grid batches do
         return loader(GraphList(self.splits[split]),
-                      batch_sampler=self._sampler(split, train, self.seed, drop_last),
+                      batch_sampler=self._sampler(split, train, self.seed),
                       num_workers=self.num_workers,
                       collate_fn=GraphormerCollator(self.multi_hop_max_dist),
                       persistent_workers=self.num_workers > 0, **resumable)
-
-    def _device_batches(self, split: str, train: bool, packed: bool | None,
-                        device: torch.device | None, pad: bool = False) -> DeviceBatches:
-        """The grid engine's batches; ``pad``: to ``train_length`` (the training steps')."""
-        if packed is None:
-            packed = train and self.replica_seeds is not None
-        seeds = self.replica_seeds if packed else [self.seed]
-        samplers = [self._sampler(split, train, seed, drop_last=train) for seed in seeds]
-        if split not in self._stores:
-            self._stores[split] = GridGraphs(self.splits[split], self.multi_hop_max_dist,
-                                             device or "cpu")
-        store = self._stores[split]
-        length = int(store.lengths()[-1]) if pad and self.train_length == "longest" else None
-        # GRAPHORMER_SEPNORM_TOKEN_ROWS=0 (a lease's fallback): not even the maps are gathered
-        rows = store.atom_rows_for(self.batch_size) \
-            if pad and self.train_tokens != "grid" and token_rows.ENABLED else None
-        placed = attention_sequences.shape_for(store.sizes, self.batch_size) \
-            if rows and self.train_tokens == "sequences" and attention_sequences.ENABLED else None
-        return DeviceBatches(store, samplers, stack=packed, done=self._batches_done,
-                             length=length, atom_rows=rows, sequences=placed)
 
     def train_dataloader(self) -> DataLoader | DeviceBatches:
         """Training batches: uniform random samples (or size-grouped, see ``train_batches``)."""

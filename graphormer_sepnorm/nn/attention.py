@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphormer_sepnorm.nn import fused_attention
 from graphormer_sepnorm.nn.dropout import dropout
+
+FastAttend = Callable[[Tensor, Tensor, int, int, float], "Tensor | None"]
+"""A device wing's attention (see :mod:`~graphormer_sepnorm.nn.backends`).
+
+``(qkv [B, L, 3D], bias [B, H, L, L], num_heads, queries, dropout_p)`` -> the first ``queries``
+positions' heads merged, ``[B * queries, D]``, or ``None`` where the wing does not apply.
+"""
 
 
 class BiasedMultiheadAttention(nn.Module):
@@ -13,10 +22,11 @@ class BiasedMultiheadAttention(nn.Module):
 
     ``softmax(q k^T / sqrt(d) + bias) v`` per head, then the output projection. The bias
     ``[B, H, L, L]`` carries Graphormer's structure (spatial, edge and graph-token terms) and
-    ``-inf`` on padded keys. With ``need_weights`` it is computed explicitly, to return the
-    probabilities (e.g. to plot the graph token's attention); on CUDA by SDPA's fused kernel on
-    zero-padded heads (:mod:`~.fused_attention`); else by SDPA when :attr:`fused` (the bias
-    is differentiable), explicitly when not (packed on the CPU: SDPA has no bias grad there).
+    ``-inf`` on padded keys. It is computed by ``F.scaled_dot_product_attention`` when
+    :attr:`fused` (the default), else explicitly; explicitly always with ``need_weights``, to
+    return the probabilities (e.g. to plot the graph token's attention). A device wing may
+    compute it instead (:attr:`fast_attend`, set by
+    :func:`~graphormer_sepnorm.nn.backends.set_backend`).
 
     Args:
         dim: model size ``D``.
@@ -44,6 +54,7 @@ class BiasedMultiheadAttention(nn.Module):
         self.num_heads = num_heads
         self.dropout = dropout
         self.fused = True
+        self.fast_attend: FastAttend | None = None
         self.qkv = nn.Linear(dim, 3 * dim)
         self.out = nn.Linear(dim, dim)
 
@@ -57,34 +68,38 @@ class BiasedMultiheadAttention(nn.Module):
         """
         b, length, dim = x.shape
         queries = length if num_queries is None else num_queries
-        # token rows [B * L, D]: see fused_attention.padded
+        # token rows [B * L, D]: under vmap a [B, L, D] input whose replica dimension is not
+        # the leading one made matmul copy the weight for every molecule
         qkv = self.qkv(x.reshape(-1, dim)).view(b, length, 3 * dim)
-        rows, weights = self.attend(qkv, bias, need_weights, queries)
-        return self.out(rows).view(b, queries, dim), weights
-
-    def attend(self, qkv: Tensor, bias: Tensor, need_weights: bool = False,
-               queries: int | None = None) -> tuple[Tensor, Tensor | None]:
-        """Attention of the first ``queries`` (default all) of projected ``qkv`` ``[B, L, 3D]``.
-
-        Returns their heads merged, ``[B * Lq, D]``, before the output projection (and with
-        ``need_weights`` the probabilities). :mod:`~.token_rows` gathers ``qkv`` to call it.
-        """
-        b, length, three_dim = qkv.shape
-        dim, queries = three_dim // 3, length if queries is None else queries
-        head_dim = dim // self.num_heads
         dropout_p = self.dropout if self.training else 0.0
-        width = fused_attention.fused_head_dim(head_dim, qkv.device)
-        if width is not None and not need_weights:
-            return fused_attention.padded(qkv, self.num_heads, bias, queries, width,
-                                          dropout_p), None
-        q, k, v = qkv.view(b, length, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4)
-        q, bias = q[:, :, :queries], bias[:, :, :queries].to(q.dtype)
+        rows = None
+        if self.fast_attend is not None and not need_weights:
+            rows = self.fast_attend(qkv, bias, self.num_heads, queries, dropout_p)
         weights = None
-        if need_weights or not self.fused:
-            scores = (q @ k.transpose(-1, -2)) * head_dim**-0.5 + bias
-            weights = scores.softmax(-1)
-            out = dropout(weights, dropout_p, dropout_p > 0) @ v
-            weights = weights if need_weights else None
-        else:
-            out = fused_attention.sdpa(q, k, v, bias, dropout_p, head_dim**-0.5)
-        return out.transpose(1, 2).reshape(-1, dim), weights
+        if rows is None:
+            rows, weights = attend(qkv, bias, self.num_heads, queries, dropout_p,
+                                   explicit=need_weights or not self.fused)
+        return self.out(rows).view(b, queries, dim), weights if need_weights else None
+
+
+def attend(qkv: Tensor, bias: Tensor, num_heads: int, queries: int, dropout_p: float,
+           explicit: bool = False) -> tuple[Tensor, Tensor | None]:
+    """Biased attention of the first ``queries`` positions of projected ``qkv`` ``[B, L, 3D]``.
+
+    Returns their heads merged, ``[B * queries, D]``, before the output projection, and with
+    ``explicit`` the probabilities ``[B, H, queries, L]`` (else SDPA computes, ``None``).
+    """
+    b, length, three_dim = qkv.shape
+    dim = three_dim // 3
+    head_dim = dim // num_heads
+    q, k, v = qkv.view(b, length, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4)
+    q, bias = q[:, :, :queries], bias[:, :, :queries].to(q.dtype)
+    weights = None
+    if explicit:
+        scores = (q @ k.transpose(-1, -2)) * head_dim**-0.5 + bias
+        weights = scores.softmax(-1)
+        out = dropout(weights, dropout_p, dropout_p > 0) @ v
+    else:
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
+                                             scale=head_dim**-0.5)
+    return out.transpose(1, 2).reshape(-1, dim), weights

@@ -1,31 +1,38 @@
-"""Which implementation runs a model's encoder: the reference or the CPU backend."""
+"""Which implementation runs a model: the reference, or a device wing plugged into it."""
 
 from __future__ import annotations
 
 from typing import Literal
 
+from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 from graphormer_sepnorm.nn.model import Graphormer
 
-Backend = Literal["auto", "reference", "cpu"]
-BACKENDS: tuple[Backend, ...] = ("auto", "reference", "cpu")
+Backend = Literal["auto", "reference", "cpu", "cuda"]
+BACKENDS: tuple[Backend, ...] = ("auto", "reference", "cpu", "cuda")
 
 
 def set_backend(model: Graphormer, backend: Backend = "auto") -> Graphormer:
-    """Chooses how ``model`` encodes; parameters and ``state_dict`` are the same for all.
+    """Chooses how ``model`` computes; parameters and ``state_dict`` are the same for all.
 
-    ``'reference'``: the reference model only (full bias, SDPA, composed SepNorm), the path a
-    GPU runs. ``'cpu'``: the CPU backend (:mod:`graphormer_sepnorm.nn.cpu`) on CPU tensors;
-    raises on others. ``'auto'`` (default): the CPU backend where it applies, else the
-    reference. Attention weights (``need_weights``) always come from the reference.
+    ``'reference'``: the reference model only (full bias, ``F.scaled_dot_product_attention``,
+    SepNorm composed from its norms). ``'cpu'``: the encoder of the CPU wing
+    (:mod:`graphormer_sepnorm.nn.cpu`) on CPU tensors; raises on others. ``'cuda'``: attention
+    through the CUDA wing (:mod:`graphormer_sepnorm.nn.cuda`) on CUDA tensors; raises on
+    others. ``'auto'`` (default): each wing where it applies, else the reference. The function
+    computed is the same up to float rounding (dropout draws differ); attention weights
+    (``need_weights``) always come from the reference.
 
     Returns:
         ``model``.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; use one of {BACKENDS}")
-    from graphormer_sepnorm.nn import cpu  # the wing, imported only when chosen
+    from graphormer_sepnorm.nn import cpu, cuda  # the wings, imported only when chosen
 
     model.backend = backend
-    model.fast_encode = {"reference": None, "auto": cpu.encode_if_applicable,
-                         "cpu": cpu.encode_or_raise}[backend]
+    model.fast_encode = {"auto": cpu.encode_if_applicable, "cpu": cpu.encode_or_raise}.get(backend)
+    attend = {"auto": cuda.attend_if_applicable, "cuda": cuda.attend_or_raise}.get(backend)
+    for module in model.modules():
+        if isinstance(module, BiasedMultiheadAttention):
+            module.fast_attend = attend
     return model

@@ -58,7 +58,8 @@ class EdgePathEncoder(nn.Module):
     by the path length (capped at ``K``):
     ``bias(i, j) = 1 / min(d_ij, K) * sum_{k < min(d_ij, K)} w_k^T emb(e_k)``.
     The matrices are folded into a ``[K * E, H]`` table (:meth:`hop_table`), so each hop is one
-    row gathered from it and summed into its pair.
+    row of it, summed into its pair by the batch
+    (:meth:`~graphormer_sepnorm.data.collate.GraphormerBatch.hop_sums`).
     ``simple``: only directly bonded pairs get their bond's embedding.
 
     Args:
@@ -68,9 +69,18 @@ class EdgePathEncoder(nn.Module):
         encoding: ``'multi_hop'`` (default) or ``'simple'``.
 
     Shapes:
-        ``edge_attr`` ``[E, F_edge]``; the hop lists ``hop_edge``, ``hop_index``, ``hop_pair``
-        ``[M]`` (see :class:`~graphormer_sepnorm.data.collate.GraphormerBatch`); ``spd`` ``[P]``
-        -> ``[P, H]``; ``per_pair`` (grid batches): ``hop_edge``, ``hop_index`` ``[P, S]``.
+        a batch with ``E`` edges and ``P`` pairs
+        (:class:`~graphormer_sepnorm.data.collate.GraphormerBatch`) -> ``[P, H]``.
+
+    Examples:
+        >>> from torch_geometric.data import Data
+        >>> from graphormer_sepnorm.data.collate import GraphormerCollator
+        >>> path = Data(x=torch.zeros(3, 1, dtype=torch.long),  # 0 - 1 - 2
+        ...             edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]),
+        ...             edge_attr=torch.tensor([[1], [1], [3], [3]]))
+        >>> encoder = EdgePathEncoder([4], num_heads=2, multi_hop_max_dist=2)
+        >>> encoder(GraphormerCollator(2)([path])).shape  # 9 pairs
+        torch.Size([9, 2])
     """
 
     def __init__(self, edge_feature_dims: Sequence[int], num_heads: int,
@@ -97,45 +107,14 @@ class EdgePathEncoder(nn.Module):
         edges = self.edge_embedding(edge_attr)  # [E, H]
         return torch.einsum("eh,khg->keg", edges, self.hop_weight).reshape(-1, edges.shape[1])
 
-    def forward(self, edge_attr: Tensor, hop_edge: Tensor, hop_index: Tensor, hop_pair: Tensor,
-                spd: Tensor, per_pair: bool = False) -> Tensor:
-        """Edge bias of every pair; see the class docstring for shapes.
-
-        Examples:
-            >>> encoder = EdgePathEncoder([4], num_heads=2, multi_hop_max_dist=2)
-            >>> # one path 0 -> 1 -> 2: pair 0 is (0, 2) at distance 2, its hops edges 0 and 2
-            >>> out = encoder(torch.tensor([[1], [1], [3], [3]]), hop_edge=torch.tensor([0, 2]),
-            ...               hop_index=torch.tensor([0, 1]), hop_pair=torch.tensor([0, 0]),
-            ...               spd=torch.tensor([2]))
-            >>> out.shape
-            torch.Size([1, 2])
-        """
-        if per_pair:
-            return self._per_pair(edge_attr, hop_edge, hop_index, spd)
-        k, num_edges = self.multi_hop_max_dist, len(edge_attr)
-        if self.encoding == "simple":
-            edges = self.edge_embedding(edge_attr)
-            direct = ((hop_index == 0) & (spd[hop_pair] == 1)).unsqueeze(1)
-            return edges.new_zeros(len(spd), edges.shape[1]).index_add(
-                0, hop_pair, edges[hop_edge] * direct)
-        table = _sum_precision(self.hop_table(edge_attr))
-        # hops past K count for nothing; a product, not a boolean selection, keeps this free of
-        # host synchronization (the collator usually keeps no more than K hops anyway)
-        kept = (hop_index < k).unsqueeze(1).to(table.dtype)
-        rows = hop_index.clamp(max=k - 1) * num_edges + hop_edge
-        out = table.new_zeros(len(spd), table.shape[1]).index_add(0, hop_pair, table[rows] * kept)
-        return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
-
-    def _per_pair(self, edge_attr: Tensor, hop_edge: Tensor, hop_index: Tensor,
-                  spd: Tensor) -> Tensor:
-        """Grid layout (``hop_index`` ``[P, S]``): each pair's first ``min(d, K)`` slots summed."""
+    def forward(self, batch: GraphormerBatch) -> Tensor:
+        """Edge bias of every pair of ``batch``; see the class docstring for shapes."""
+        spd = batch.pair_spd
+        if self.encoding == "simple":  # hop 0 of a pair at distance 1 is its bond
+            bonds = batch.hop_sums(self.edge_embedding(batch.edge_attr), hops=1)
+            return bonds * (spd == 1).unsqueeze(1).to(bonds.dtype)
         k = self.multi_hop_max_dist
-        if self.encoding == "simple":
-            return self.edge_embedding(edge_attr)[hop_edge[:, 0].long()] * (spd == 1).unsqueeze(1)
-        table = _sum_precision(self.hop_table(edge_attr))
-        rows = hop_index.clamp(max=k - 1).int() * len(edge_attr) + hop_edge.int()  # int32 saved
-        kept = (hop_index < spd.clamp(min=0, max=k).unsqueeze(-1)).unsqueeze(-1).to(table.dtype)
-        out = (F.embedding(rows, table) * kept).sum(1)
+        out = batch.hop_sums(_sum_precision(self.hop_table(batch.edge_attr)), hops=k)
         return out / spd.clamp(min=1, max=k).unsqueeze(1).to(out.dtype)
 
 
@@ -173,8 +152,8 @@ class AttentionBias(nn.Module):
         edge_encoding: see :class:`EdgePathEncoder`.
 
     Shapes:
-        a :class:`~graphormer_sepnorm.data.collate.GraphormerBatch` (``node_mask``,
-        ``pair_slot``, ``pair_spd``, ``edge_attr`` and the hop lists) -> ``[B, H, 1 + N, 1 + N]``.
+        a :class:`~graphormer_sepnorm.data.collate.GraphormerBatch` of ``B`` graphs padded to
+        ``N`` atoms -> ``[B, H, 1 + N, 1 + N]``.
 
     Examples:
         >>> from torch_geometric.data import Data
@@ -206,24 +185,18 @@ class AttentionBias(nn.Module):
         nn.init.normal_(self.virtual_distance, std=0.02)
 
     def pair_bias(self, batch: GraphormerBatch) -> Tensor:
-        """Spatial plus edge bias of the real atom pairs, ``[P, H]`` (``batch.pair_slot``)."""
-        hops = (batch.edge_attr, batch.hop_edge, batch.hop_index, batch.hop_pair)
-        return self.spatial(batch.pair_spd) + self.edge(*hops, batch.pair_spd, batch.is_grid)
+        """Spatial plus edge bias of the batch's atom pairs, ``[P, H]``."""
+        return self.spatial(batch.pair_spd) + self.edge(batch)
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Bias for ``batch``, ``[B, H, 1 + N, 1 + N]``."""
-        b, n = batch.node_mask.shape
+        n = batch.node_mask.shape[1]
         pair = self.pair_bias(batch)
         heads = pair.shape[1]
         # Graph-token row and column get the virtual distance, padded keys -inf; then the pairs
-        # are written in place. Built directly in [B, H, L, L] so no permuted copy is needed.
+        # are written in. Built directly in [B, H, L, L] so no permuted copy is needed.
         token_edge = torch.zeros(n + 1, n + 1, dtype=pair.dtype, device=pair.device)
         token_edge[0] = token_edge[:, 0] = 1
         keys = padded_keys(batch.node_mask, pair.dtype)
         bias = keys[:, None, None, :] + token_edge * self.virtual_distance.view(heads, 1, 1)
-        if batch.is_grid:  # the pairs are the whole [B, N, N] grid, in order
-            return bias + F.pad(pair.view(b, n, n, heads).permute(0, 3, 1, 2), (1, 0, 1, 0))
-        slot = batch.pair_slot
-        graph, i, j = slot // (n * n), slot // n % n + 1, slot % n + 1
-        bias[graph, :, i, j] = pair
-        return bias
+        return batch.with_pairs(bias, pair)

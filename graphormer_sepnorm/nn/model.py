@@ -7,9 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.compiling import WorkaroundCompile
 from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.nn import token_rows
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 from graphormer_sepnorm.nn.config import NORM_SITES, GraphormerConfig, NormSite
 from graphormer_sepnorm.nn.dropout import Dropout
@@ -24,7 +22,7 @@ FastEncode = Callable[["Graphormer", GraphormerBatch, bool], "Tensor | None"]
 """Another :meth:`Graphormer.encode`, no weights: the tokens, or ``None`` (see :mod:`.backends`)."""
 
 
-class Graphormer(WorkaroundCompile, nn.Module):
+class Graphormer(nn.Module):
     """Graphormer (Ying et al., 2021), pre-LN, with SepNorm on the graph token.
 
     Atoms are embedded (features + degree), a learned graph token is put at position 0, the layers
@@ -42,7 +40,8 @@ class Graphormer(WorkaroundCompile, nn.Module):
 
     Shapes:
         a :class:`~graphormer_sepnorm.data.collate.GraphormerBatch` of ``B`` graphs padded to
-        ``N`` atoms -> ``[B, num_tasks]``.
+        ``N`` atoms (or the grid engine's :class:`~graphormer_sepnorm.grid.batch.GridBatch`,
+        which has the same layout methods) -> ``[B, num_tasks]``.
 
     Examples:
         >>> from torch_geometric.data import Data
@@ -102,16 +101,14 @@ class Graphormer(WorkaroundCompile, nn.Module):
     def embed_tokens(self, batch: GraphormerBatch) -> Tensor:
         """The layers' input: graph token and atom embeddings, ``[B, 1 + N, D]``.
 
-        Before the input dropout. Padded positions are zero, except in the grid layout
-        (:attr:`GraphormerBatch.is_grid`), where they hold whatever the padding's features embed
-        to: no real token attends to them, so no output depends on them.
+        Before the input dropout. Padded positions hold what the batch's
+        :meth:`~graphormer_sepnorm.data.collate.GraphormerBatch.atom_grid` puts there: no real
+        token attends to them, so no output depends on them.
         """
-        b, n = batch.node_mask.shape
         atoms = self.atom_encoder(batch.x) + self.degree_encoder(batch.degree)
-        grid = atoms if batch.is_grid else atoms.new_zeros(b * n, atoms.shape[1]).index_copy(
-            0, batch.node_slot, atoms)
-        return torch.cat([self.graph_token.expand(b, 1, -1).to(atoms.dtype),
-                          grid.view(b, n, -1)], dim=1)
+        grid = batch.atom_grid(atoms)
+        return torch.cat([self.graph_token.expand(len(grid), 1, -1).to(atoms.dtype), grid],
+                         dim=1)
 
     def encode(self, batch: GraphormerBatch, need_weights: bool = False,
                graph_token_only: bool = False) -> tuple[Tensor, list[Tensor]]:
@@ -123,7 +120,8 @@ class Graphormer(WorkaroundCompile, nn.Module):
             graph_token_only: skip the last layer's work on atoms, whose outputs reach nothing
                 but the atom embeddings themselves; tokens are then ``[B, 1, D]``.
 
-        A batch with token rows runs on them where it can (:mod:`~.token_rows`).
+        Without ``need_weights`` a device wing may run it (:attr:`fast_encode`, see
+        :func:`~graphormer_sepnorm.nn.backends.set_backend`).
 
         Returns:
             The normalized tokens ``[B, 1 + N, D]`` (position 0 is the graph token) and, with
@@ -133,10 +131,6 @@ class Graphormer(WorkaroundCompile, nn.Module):
             tokens = self.fast_encode(self, batch, graph_token_only)
             if tokens is not None:
                 return tokens, []
-        if not need_weights and token_rows.applies(self, batch):
-            return token_rows.encode(self, batch, graph_token_only), []
-        if batch.sequence_graph is not None:  # its pair fields are the sequences', not the grid's
-            raise ValueError("attention sequences need token rows (see token_rows.applies)")
         x = in_activation_dtype(self.input_dropout(self.embed_tokens(batch)))
         bias = self.attention_bias(batch).to(x.dtype)
         node_mask, weights = batch.node_mask, []

@@ -132,10 +132,7 @@ def pack_batch(batch: GraphormerBatch) -> PackedBatch:
     per hop, and ``hop_index`` is the block number: the first block and the block sizes say
     the same in about a sixth of the bytes (ZINC).
     """
-    arrays = {f.name: getattr(batch, f.name) for f in fields(batch)
-              if f.name not in ("hop_counts", "layout", "row_position", "position_row",
-                                "row_sequence", "sequence_row", "sequence_graph")}
-    # always collated: no layout, no token rows
+    arrays = {f.name: getattr(batch, f.name) for f in fields(batch) if f.name != "hop_counts"}
     blocks = batch.hop_counts
     if blocks:
         arrays["hop_pair"] = batch.hop_pair[: blocks[0]]

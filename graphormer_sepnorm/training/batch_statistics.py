@@ -22,7 +22,6 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
-from graphormer_sepnorm.compiling import eager
 from graphormer_sepnorm.data.collate import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
@@ -64,7 +63,8 @@ def reestimate_graph_token_statistics(model: Graphormer | PackedReplicas,
         norm.train()
     count, device = 0, next(model.parameters()).device
     try:
-        with eager():  # its batches' shapes vary: compiling each costs more than it saves
+        # its batches' shapes vary: compiling each costs more than it saves
+        with torch.compiler.set_stance("force_eager"):
             for batch in batches:
                 model(batch.to(device))
                 count += batch.num_graphs

@@ -43,11 +43,28 @@ def checkpoint_data(path: str | Path) -> dict[str, Any] | None:
     hparams = ckpt.get("datamodule_hyper_parameters") or {}
     if "_class_path" not in hparams:
         return None
-    init = {k: v for k, v in hparams.items() if not k.startswith("_") and k not in LINKED}
+    init = _upgrade_engine({k: v for k, v in hparams.items()
+                            if not k.startswith("_") and k not in LINKED})
     if hparams["_class_path"].endswith("SmilesCSVDataModule"):
         # saved before scaffold ties were hashed: its splits broke them in file order
         init.setdefault("scaffold_ties", "file_order")
     return {"class_path": hparams["_class_path"], "init_args": init}
+
+
+def _upgrade_engine(init: dict[str, Any]) -> dict[str, Any]:
+    """Datamodule settings saved before the grid engine was an object of its own, as today's.
+
+    ``engine: 'device'`` (with ``train_length``) becomes a ``GridEngine``, ``'loader'``
+    none; ``replica_seeds`` (the module's seeds) and ``train_tokens`` are dropped.
+    """
+    engine = init.get("engine")
+    if isinstance(engine, str):
+        init["engine"] = None if engine == "loader" else {
+            "class_path": "graphormer_sepnorm.grid.GridEngine",
+            "init_args": {"train_length": init.get("train_length", "bucketed")}}
+    for old in ("replica_seeds", "train_length", "train_tokens"):
+        init.pop(old, None)
+    return init
 
 
 def with_checkpoint_data(args: list[str]) -> list[str]:

@@ -13,11 +13,10 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.aggregation import CatMetric
 
-from graphormer_sepnorm.compiling import compile_kwargs, eager
 from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.nn import row_attention
 from graphormer_sepnorm.nn.backends import Backend, set_backend
 from graphormer_sepnorm.nn.config import GraphormerConfig
+from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training import checkpoint_format
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
@@ -84,7 +83,8 @@ class GraphormerModule(LightningModule):
             it); ``atom_feature_dims``, ``edge_feature_dims`` and ``num_tasks`` are taken from
             ``dataset_info``. Default: ``GraphormerConfig()`` (Graphormer-slim).
         backend: how the model runs (:func:`~graphormer_sepnorm.nn.backends.set_backend`):
-            ``'auto'`` (default), ``'reference'`` or ``'cpu'``; the weights are the same.
+            ``'auto'`` (default), ``'reference'``, ``'cpu'`` or ``'cuda'``; the weights are the
+            same.
         init_from: a checkpoint whose model weights start this one at fit start (fine-tuning;
             see :func:`~graphormer_sepnorm.training.init_from.init_model_from`): a head of
             another shape and encoders of other feature dims start afresh. A resumed fit's
@@ -108,10 +108,11 @@ class GraphormerModule(LightningModule):
             CLI's :func:`~graphormer_sepnorm.training.factory.graphormer_module` makes one
             when seeds are given). ``None``: one model (default).
         compile: ``torch.compile`` mode for the model (``'default'``, ``'reduce-overhead'``:
-            CUDA graphs as well, ``'max-autotune'``), applied when the run starts; ``None``:
-            eager (default). On the CPU only with ``backend='reference'``: the CPU backend's C
-            kernels do not trace, and inductor's C++ build takes minutes there. Grid batches
-            (``engine='device'``) have static shapes and trace as one graph.
+            CUDA graphs as well, ``'max-autotune'``), applied when the run starts, with the
+            inductor settings of :mod:`~graphormer_sepnorm.nn.cuda.compiling`; ``None``: eager
+            (default). The CPU wing's encoder is not traced (its C kernels are opaque to
+            dynamo). Grid batches (:mod:`~graphormer_sepnorm.grid`) have static shapes and
+            trace as one graph.
     """
 
     def __init__(
@@ -198,25 +199,14 @@ class GraphormerModule(LightningModule):
         return self.task.to_predictions(out.float())
 
     def configure_model(self) -> None:
-        """Compiles the model once when ``compile`` is set (Lightning calls this per run).
-
-        The row attention's kernels are checked first where they would run
-        (:func:`~graphormer_sepnorm.nn.row_attention.prepare`): not while the step compiles.
-        """
-        if self._trainer is not None:
-            row_attention.prepare(self.trainer.strategy.root_device)
+        """Compiles the model once when ``compile`` is set (Lightning calls this per run)."""
         mode = self.hparams.get("compile")
-        if not mode or self._compiled or not self._compiles_here():
+        if not mode or self._compiled:
             return
         # one graph per padded length and batch size; MolHIV's lengths alone pass dynamo's 8
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self.model.compile(**compile_kwargs(mode))
         self._compiled = True
-
-    def _compiles_here(self) -> bool:
-        # the trainer's device: the model moves there only after configure_model
-        device = self.trainer.strategy.root_device if self._trainer is not None else self.device
-        return device.type != "cpu" or getattr(self.model, "backend", "") == "reference"
 
     def setup(self, stage: str) -> None:
         """At fit start: refuses size-grouped batches for BatchNorm, loads ``init_from``.
@@ -225,9 +215,8 @@ class GraphormerModule(LightningModule):
         leave new tensors unfilled (see below).
         """
         # A deterministic trainer (`deterministic: warn` in the configs) has PyTorch fill every
-        # new tensor with NaN, to expose reads of memory never written: 2,015 fills in a small
-        # CPU training step, 117 without. No op here reads what it has not written (the row
-        # attention's unwritten bias gradient is dropped by a select), so runs stay the same.
+        # new tensor with NaN, to expose reads of memory never written, at a cost on every
+        # allocation. No op here reads what it has not written, so runs stay the same.
         torch.utils.deterministic.fill_uninitialized_memory = False
         if stage != "fit":
             return
@@ -265,11 +254,10 @@ class GraphormerModule(LightningModule):
         """The model's float32 outputs on an evaluation batch, computed eagerly.
 
         A compiled model is not compiled again for evaluation: its batches come in many padded
-        lengths and sizes, and on an H200 each cost about 45 s of compiling (2026-11-27) for a
-        validation that takes about a second eagerly (estimated). So no output is owned by a
-        CUDA graph either, and the metrics may keep them past the next step.
+        lengths and sizes, each a compile of its own that costs more than the evaluation. So no
+        output is owned by a CUDA graph either, and the metrics may keep them past the next step.
         """
-        with eager():  # one compile per evaluation shape would cost more than it saves
+        with torch.compiler.set_stance("force_eager"):
             return self.model(batch).float()
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,

@@ -27,8 +27,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
+from graphormer_sepnorm.grid.batch import GridBatch
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
@@ -45,9 +45,9 @@ class PackedReplicas(nn.Module):
         models: the replicas (same config); their weights are copied, not shared.
 
     Shapes:
-        a grid-layout :class:`~graphormer_sepnorm.data.collate.GraphormerBatch` whose fields
-        have a leading ``R`` (``GridGraphs.batch`` of ``[R, B]`` indices), or one without
-        (every replica on the same graphs) -> ``[R, B, num_tasks]``.
+        a stacked :class:`~graphormer_sepnorm.grid.batch.GridBatch` (fields with a leading
+        ``R``: one batch per replica), or any batch without (every replica on the same graphs)
+        -> ``[R, B, num_tasks]``.
     """
 
     def __init__(self, models: Sequence[Graphormer]) -> None:
@@ -74,10 +74,10 @@ class PackedReplicas(nn.Module):
             self.register_buffer(_key(name), value.clone(), persistent=name not in transient)
         self.persistent_buffer_names = [n for n in self.buffer_names if n not in transient]
         skeleton = copy.deepcopy(models[0]).to("meta")
-        skeleton.fast_encode = None  # the reference model: the CPU backend does not vmap
+        skeleton.fast_encode = None  # the reference encoder: the CPU wing's does not vmap
         for module in skeleton.modules():
             if isinstance(module, BiasedMultiheadAttention):
-                module.fused = False  # SDPA: on CUDA only, on padded heads (see there)
+                module.fused = False  # off CUDA explicit: SDPA gives no bias gradient under vmap
             if isinstance(module, FeatureEmbedding):
                 module.gather_sums = True  # vmap has no batching rule for embedding_bag
         self._skeleton = [skeleton.train()]  # in a list: not a submodule, no state of its own
@@ -118,20 +118,21 @@ class PackedReplicas(nn.Module):
         """The ``[R, ...]`` buffer a single model would call ``name``."""
         return self._buffers[_key(name)]
 
-    def forward(self, batch: GraphormerBatch) -> Tensor:
+    def forward(self, batch: GraphormerBatch | GridBatch) -> Tensor:
         """Each replica's predictions, ``[R, B, T]``.
 
-        Each on its own batch (fields ``[R, ...]``), or all on one (as in evaluation).
+        Each on its own batch (a stacked grid batch), or all on one (as in evaluation).
         """
         skeleton = self._skeleton[0]
-        tensors = {f.name: getattr(batch, f.name) for f in fields(batch)
-                   if isinstance(getattr(batch, f.name), Tensor)}
-        shared = batch.layout != "replica_grid"  # else each replica's batch: [R, ...] fields
-        layout = "grid" if batch.layout == "replica_grid" else batch.layout
+        tensors = {f.name: value for f in fields(batch)
+                   if isinstance(value := getattr(batch, f.name), Tensor)}
+        plain = {f.name: value for f in fields(batch)
+                 if not isinstance(value := getattr(batch, f.name), Tensor) and value is not None}
+        shared = not plain.pop("stacked", False)  # else [R, ...] fields, one batch a replica
 
         def one(params: dict[str, Tensor], buffers: dict[str, Tensor],
                 fields_: dict[str, Tensor]) -> Tensor:
-            one_batch = GraphormerBatch(**fields_, hop_counts=batch.hop_counts, layout=layout)
+            one_batch = type(batch)(**fields_, **plain)
             return functional_call(skeleton, (params, buffers), (one_batch,))
 
         return vmap(one, in_dims=(0, 0, None if shared else 0), randomness="different")(
@@ -233,7 +234,7 @@ def _trained_mask(model: Graphormer, names: list[str], sizes: list[int]) -> Tens
     pair = Data(x=torch.zeros(2, len(config.atom_feature_dims), dtype=torch.long),
                 edge_index=torch.tensor([[0, 1], [1, 0]]), edge_attr=edge,
                 mol_x=torch.zeros(1, config.mol_feature_dim))
-    batch = GridGraphs([pair, pair], config.multi_hop_max_dist).batch(torch.arange(2), 2)
+    batch = GraphormerCollator(config.multi_hop_max_dist)([pair, pair])
     probe = copy.deepcopy(model).cpu().train()
     with torch.enable_grad():
         probe(batch).sum().backward()

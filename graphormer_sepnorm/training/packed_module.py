@@ -9,8 +9,9 @@ import lightning
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.compiling import compiled
 from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.nn.backends import set_backend
+from graphormer_sepnorm.nn.cuda.compiling import compiled
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
 from graphormer_sepnorm.training.flat_adamw import FlatAdamW
@@ -24,8 +25,9 @@ class PackedGraphormerModule(GraphormerModule):
     """``R`` seeds of one recipe trained together (:class:`~.packed.PackedReplicas`).
 
     :class:`~graphormer_sepnorm.training.module.GraphormerModule` becomes this when given
-    ``seeds`` (``--model.seeds '[0, 1, 2, 3]'``); the datamodule then needs ``engine='device'``
-    and draws each replica's batches with its own seed (the CLI links ``replica_seeds``).
+    ``seeds`` (``--model.seeds '[0, 1, 2, 3]'``); the datamodule then serves grid batches
+    (:class:`~graphormer_sepnorm.grid.engine.GridEngine`), each replica's drawn with its own
+    seed.
     Replica ``r`` starts from ``torch.manual_seed(seeds[r])``, has its own dropout draws and
     BatchNorm statistics, and its gradient is clipped by its own norm.
 
@@ -43,7 +45,7 @@ class PackedGraphormerModule(GraphormerModule):
         for seed in seeds:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
-                models.append(Graphormer(self.config))
+                models.append(set_backend(Graphormer(self.config), self.hparams["backend"]))
         self.model = PackedReplicas(models)
         self.seeds = seeds
         self.val_metrics = nn.ModuleList(self.task.metric() for _ in seeds)

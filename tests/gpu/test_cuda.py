@@ -1,14 +1,13 @@
-"""CUDA checks, run by a lent GPU's smoke check (``gpu/run.sh``); skipped without CUDA.
+"""CUDA checks: the smoke check of a GPU machine (``pytest -m gpu tests/gpu``); skipped without.
 
 What only a GPU can show: the grid batch computes the collated batch's function in float32 on
-CUDA, the compiled model the eager one's, a bf16-mixed fit trains, and K=2 packed replicas train
-as two single runs. Only RDKit-free modules are imported (the GPU image has no RDKit); together
-they take well under a minute (most of it compiling).
+CUDA (the CUDA wing's attention included), the compiled model the eager one's, a bf16-mixed fit
+of packed replicas trains, and K=2 packed replicas train as two single runs. Only RDKit-free
+modules are imported (a GPU image may lack RDKit); together they take well under a minute
+(most of it compiling).
 
-``GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=cpu`` runs them on the CPU instead: ``make
-image-rehearsal`` does, in a twin of the image's Python, so that what breaks on the image's
-torch breaks here before a lease is spent (torch 2.11's ``mse_loss`` has no backward for a
-float64 output against a float32 target, which 2.13 has: this smoke check would have failed).
+``GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=cpu`` runs them on the CPU instead, e.g. under another
+torch's Python, so that what breaks on that torch breaks before a GPU is spent on it.
 """
 
 import copy
@@ -21,11 +20,11 @@ import torch
 from graphs import ATOM_DIMS, BOND_DIMS, random_graph
 
 from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
-from graphormer_sepnorm.data.grid import GridGraphs
-from graphormer_sepnorm.nn import Graphormer, GraphormerConfig
+from graphormer_sepnorm.grid import GridEngine, GridGraphs
+from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, set_backend
+from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
 from graphormer_sepnorm.training.batch_statistics import (
     ReestimateGraphTokenStatistics,
-    graph_token_norms,
 )
 
 DEVICE = torch.device(os.environ.get("GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE", "cuda"))
@@ -47,7 +46,9 @@ def model(dtype=torch.float32, **kwargs) -> Graphormer:
     config = GraphormerConfig(tuple(ATOM_DIMS), tuple(BOND_DIMS), num_tasks=1, num_layers=3,
                               hidden_dim=16, ffn_dim=24, num_heads=4, multi_hop_max_dist=5,
                               **(NO_DROPOUT | kwargs))
-    net = Graphormer(config).to(DEVICE, dtype)
+    # the CUDA wing on CUDA; the reference where these run on the CPU
+    net = set_backend(Graphormer(config), "cuda" if DEVICE.type == "cuda" else "reference")
+    net = net.to(DEVICE, dtype)
     for parameter in net.parameters():  # away from the initialization's symmetries
         parameter.data.add_(torch.randn_like(parameter) * 0.1)
     return net
@@ -79,22 +80,6 @@ def test_grid_batch_equals_collated_batch_in_float32():
                      1e-4)
 
 
-def test_token_rows_equal_the_grid_compiled_in_float32():
-    """Token rows (``train_tokens: rows``) through the fused attention and the compiled gather:
-    the grid's outputs and gradients."""
-    data = graphs()
-    store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
-    index = torch.arange(len(data), device=DEVICE)
-    length = store.length_for(index.cpu().numpy())
-    rows = store.batch(index, length, int(store.sizes.sum()) + 5)
-    assert rows.row_position is not None
-    net = model()
-    compiled = copy.deepcopy(net)
-    compiled.compile()
-    assert_close_all(forward_backward(net, store.batch(index, length)),
-                     forward_backward(compiled, rows), 1e-4)
-
-
 def test_compiled_equals_eager():
     data = graphs()
     store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
@@ -102,12 +87,11 @@ def test_compiled_equals_eager():
     batch = store.batch(index, store.length_for(index.cpu().numpy()))
     eager = model()
     compiled = copy.deepcopy(eager)
-    compiled.compile()  # Graphormer.compile adds the package's inductor workarounds
+    compiled.compile(**compile_kwargs())  # the package's inductor workaround
     assert_close_all(forward_backward(eager, batch), forward_backward(compiled, batch), 1e-4)
 
 
-@pytest.mark.parametrize("train_tokens", ["grid", "rows", "sequences"])
-def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path, train_tokens):
+def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
     from lightning.pytorch import Trainer
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -116,8 +100,7 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path, train_toke
     from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
     data = ListDataModule("zinc_subset", synthetic("zinc_subset", 64), batch_size=16,
-                          engine="device", replica_seeds=[0, 1], train_length="longest",
-                          train_tokens=train_tokens)
+                          engine=GridEngine(train_length="longest"))
     config = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
                               multi_hop_max_dist=5)
     module = PackedGraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],
@@ -147,7 +130,7 @@ def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
 
     data = graphs()
     store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
-    first, second = model(torch.float64), model(torch.float64)
+    first, second = model(torch.float64), model(torch.float64)  # SDPA among the two kernels
     with torch.no_grad():
         for parameter in second.parameters():
             parameter.add_(0.1 * torch.randn_like(parameter))
@@ -179,47 +162,3 @@ def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
         for name, value in single.state_dict().items():
             torch.testing.assert_close(got[name].to(DEVICE), value, rtol=1e-6, atol=1e-6,
                                        msg=name)
-
-
-@pytest.mark.parametrize("tokens", ["rows", "sequences"])
-def test_compiled_packed_replicas_on_token_rows_equal_the_grid_eagerly(tokens):
-    """The preset's training path: packed replicas under ``vmap``, compiled, on token rows
-    (and in attention sequences), against the same replicas eagerly on the grid (float32:
-    outputs, the flat gradient and the BatchNorm statistics). In sequences, as in a fit with
-    the statistics callback, the norms leave their running statistics alone."""
-    import numpy as np
-
-    from graphormer_sepnorm.compiling import compiled
-    from graphormer_sepnorm.data import sequences
-    from graphormer_sepnorm.training.packed import PackedReplicas
-
-    data = graphs()
-    store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
-    index = np.array([[0, 1, 2, 3, 4], [8, 7, 6, 5, 4]])
-    # the first replica's 3 + 30 + 5 + 22 + 8 atoms fit 80 rows; 48 would take the grid's
-    assert store.rows_for(index, 80, 32) == 80
-    assert store.rows_for(index, 48, 32) == 5 * 32
-    placed = None
-    if tokens == "sequences":  # 3 sequences of 32 a replica, not the grid's 5 of 33
-        index, first = sequences.place(store.sizes, index, 3, 32)
-        placed = (torch.from_numpy(first).to(DEVICE), 3, 32)
-    index = torch.from_numpy(index).to(DEVICE)
-    results = []
-    for atom_rows, compile_it in ((None, False), (80, True)):
-        second = model()
-        with torch.no_grad():
-            for parameter in second.parameters():
-                parameter.add_(0.1 * torch.randn_like(parameter))
-        packed = PackedReplicas([model(), second]).train()
-        for norm in graph_token_norms(packed).values():
-            norm.tracks_in_training = tokens != "sequences"
-        forward = compiled(packed) if compile_it else packed
-        out = forward(store.batch(index, 32, atom_rows, atom_rows and placed))
-        out.pow(2).sum().backward()
-        statistics = torch.cat([packed.stacked_buffer(n).flatten() for n in packed.buffer_names
-                                if "running" in n])
-        results.append((out.detach(), packed.flat.grad.clone(), statistics))
-    for expected, got in zip(*results, strict=True):
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
-    means = [packed.stacked_buffer(n) for n in packed.buffer_names if n.endswith("running_mean")]
-    assert means and all(bool((m == 0).all()) for m in means) == (tokens == "sequences")

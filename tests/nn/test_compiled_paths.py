@@ -1,27 +1,26 @@
-"""What the reference model runs on a GPU, traced by torch.compile or under vmap, on the CPU.
+"""What the model runs on a GPU, traced by torch.compile or under vmap, on the CPU.
 
 Traced (``backend="aot_eager"``: dynamo and autograd's tracing, no code generation), the atom
 and edge embeddings are gathered sums instead of ``embedding_bag`` and dropout draws its mask
-with ``rand_like``; on CUDA, attention runs SDPA on heads zero-padded to 16 (here SDPA's math
-on the CPU, the same padding). In float64 without dropout the outputs, every gradient and the
-BatchNorm statistics are those of the eager reference to 1e-12 (1e-10 with the padding).
+with ``rand_like``; the CUDA wing's attention runs SDPA on heads zero-padded to a multiple of 8
+(here SDPA's math on the CPU, or a stand-in for the efficient kernel, the same padding). In
+float64 without dropout the outputs, every gradient and the BatchNorm statistics are those of
+the eager reference to 1e-12 (1e-10 with the padding).
 """
 
 import copy
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
-from data.test_grid import mixed_graphs
+from grid.test_store import mixed_graphs
 from nn.test_backends import assert_same, model_pair, run
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.data.grid import GridGraphs
-from graphormer_sepnorm.nn import Graphormer, fused_attention
+from graphormer_sepnorm.grid import GridBatch, GridGraphs
+from graphormer_sepnorm.nn import BiasedMultiheadAttention, Graphormer, set_backend
+from graphormer_sepnorm.nn.cuda import attention as cuda_attention
+from graphormer_sepnorm.nn.cuda import padded_attention
 from graphormer_sepnorm.nn.dropout import dropout
 from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
 from graphormer_sepnorm.training.packed import PackedReplicas
@@ -62,18 +61,34 @@ def test_traced_dropout_keeps_one_minus_p_and_scales() -> None:
     assert torch.equal(dropout(x, 0.25, False), x)
 
 
+def on_padded_heads(model: Graphormer) -> Graphormer:
+    """``model`` with the CUDA wing's attention on any device (the wing checks for CUDA)."""
+    for module in model.modules():
+        if isinstance(module, BiasedMultiheadAttention):
+            module.fast_attend = padded_attention
+    return model
+
+
 @pytest.mark.parametrize("graph_token_only", [False, True])
-def test_padded_heads_compute_what_the_reference_does(monkeypatch, graph_token_only) -> None:
+def test_padded_heads_compute_what_the_reference_does(graph_token_only) -> None:
     graphs = mixed_graphs()
-    reference, _ = model_pair(torch.float64, multi_hop_max_dist=5)  # head size 4
-    padded = copy.deepcopy(reference)
+    reference, _ = model_pair(torch.float64, multi_hop_max_dist=5)  # head size 4: padded to 8
+    padded = on_padded_heads(copy.deepcopy(reference))
     batch = GridGraphs(graphs, multi_hop_max_dist=5).batch(torch.arange(len(graphs)), 32)
     expected = run(reference, batch, True, graph_token_only)
-    monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 16)
     assert_same(expected, run(padded, batch, True, graph_token_only), 1e-10)
 
 
-def two_replicas() -> tuple[Graphormer, Graphormer, GraphormerBatch]:
+def test_the_cuda_wing_applies_on_cuda_tensors_only() -> None:
+    reference, _ = model_pair(torch.float64, multi_hop_max_dist=5)
+    batch = GridGraphs(mixed_graphs(), multi_hop_max_dist=5).batch(torch.arange(4), 32)
+    auto = set_backend(copy.deepcopy(reference), "auto").eval()
+    torch.testing.assert_close(auto(batch), reference.eval()(batch))  # the reference's, here
+    with pytest.raises(ValueError, match="CUDA tensors only"):
+        set_backend(copy.deepcopy(reference), "cuda")(batch)
+
+
+def two_replicas() -> tuple[Graphormer, Graphormer, GridBatch]:
     """Two float64 models (the second's weights 1.5x the first's) and a batch of 5 graphs each."""
     store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
     first, _ = model_pair(torch.float64, multi_hop_max_dist=5)
@@ -84,14 +99,13 @@ def two_replicas() -> tuple[Graphormer, Graphormer, GraphormerBatch]:
     return first, second, store.batch(torch.arange(10).view(2, 5), 32)
 
 
-def test_packed_replicas_on_padded_heads(monkeypatch) -> None:
+def test_packed_replicas_on_padded_heads() -> None:
     """Under vmap too: the padded path of each replica is its single model's function."""
     first, second, batch = two_replicas()
     explicit = PackedReplicas([first, second])
     out = explicit.train()(batch)
     out.pow(2).sum().backward()
-    monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 8)
-    padded = PackedReplicas([first, second])
+    padded = PackedReplicas([on_padded_heads(first), second])
     with sdpa_kernel(SDPBackend.MATH):  # the CPU's flash kernel has no gradient for the bias
         out_padded = padded.train()(batch)
     out_padded.pow(2).sum().backward()
@@ -99,16 +113,14 @@ def test_packed_replicas_on_padded_heads(monkeypatch) -> None:
     torch.testing.assert_close(padded.flat.grad, explicit.flat.grad, rtol=1e-10, atol=1e-10)
 
 
-def test_packed_padded_heads_compiled_with_the_cuda_backends(monkeypatch) -> None:
-    """The CUDA path's backend choice (:data:`~.fused_attention.CUDA_BACKENDS`, under
+def test_packed_padded_heads_compiled_with_the_cuda_backends() -> None:
+    """The CUDA wing's backend choice (:data:`~.attention.SDPA_BACKENDS`, under
     ``sdpa_kernel``) traces in one graph under ``vmap`` and differentiates the bias there as
     the explicit attention does (on the CPU the math kernel is the one allowed)."""
     first, second, batch = two_replicas()
     explicit = PackedReplicas([first, second]).train()
     explicit(batch).pow(2).sum().backward()
-    monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 8)
-    monkeypatch.setattr(fused_attention, "restricts_backends", lambda q: True)
-    padded = PackedReplicas([first, second]).train()
+    padded = PackedReplicas([on_padded_heads(first), second]).train()
     forward = torch.compile(padded, backend="aot_eager", fullgraph=True)
     out = forward(batch)
     out.pow(2).sum().backward()
@@ -117,7 +129,7 @@ def test_packed_padded_heads_compiled_with_the_cuda_backends(monkeypatch) -> Non
 
 
 def math_kernel(calls: list[tuple[bool, tuple[int, ...]]]):
-    """A CPU stand-in for :data:`~.fused_attention.EFFICIENT_KERNEL` recording what it is asked
+    """A CPU stand-in for :data:`~.attention.EFFICIENT_KERNEL` recording what it is asked
     (log-sum-exp or not, the bias's strides) and computing SDPA's math."""
 
     def kernel(q, k, v, bias, compute_log_sumexp, dropout_p, is_causal, *, scale):
@@ -139,9 +151,9 @@ def test_efficient_kernel_is_asked_for_its_statistics_under_vmap(monkeypatch) ->
     explicit = PackedReplicas([first, second]).train()
     explicit(batch).pow(2).sum().backward()
     calls: list[tuple[bool, tuple[int, ...]]] = []
-    monkeypatch.setattr(fused_attention, "fused_head_dim", lambda head_dim, device: 8)
-    monkeypatch.setattr(fused_attention, "uses_efficient_kernel", lambda q: True)
-    monkeypatch.setattr(fused_attention, "EFFICIENT_KERNEL", math_kernel(calls))
+    monkeypatch.setattr(cuda_attention, "uses_efficient_kernel", lambda q: True)
+    monkeypatch.setattr(cuda_attention, "EFFICIENT_KERNEL", math_kernel(calls))
+    on_padded_heads(first)
     for compiled in (False, True):
         padded = PackedReplicas([first, second]).train()
         forward = torch.compile(padded, backend="aot_eager", fullgraph=True) if compiled \
@@ -156,20 +168,3 @@ def test_efficient_kernel_is_asked_for_its_statistics_under_vmap(monkeypatch) ->
     with torch.no_grad():
         padded(batch)
     assert calls and not any(lse for lse, _ in calls)
-
-
-def test_the_math_fallback_for_cuda_is_chosen_at_import(tmp_path) -> None:
-    """``GRAPHORMER_SEPNORM_CUDA_ATTENTION=math``: SDPA's math kernel only on CUDA, no direct
-    call of the efficient kernel (a lease's fallback); anything else is refused."""
-    check = ("import torch, types; from graphormer_sepnorm.nn import fused_attention as f; "
-             "q = types.SimpleNamespace(is_cuda=True, dtype=torch.bfloat16, shape=(2, 4, 5, 16)); "
-             "print(f.uses_efficient_kernel(q), [b.name for b in f.CUDA_BACKENDS])")
-    runs = {}
-    for value in ("", "math", "flash"):
-        env = {**os.environ, "GRAPHORMER_SEPNORM_CUDA_ATTENTION": value} if value else {
-            k: v for k, v in os.environ.items() if k != "GRAPHORMER_SEPNORM_CUDA_ATTENTION"}
-        runs[value] = subprocess.run([sys.executable, "-c", check], env=env, text=True,
-                                     capture_output=True)
-    assert runs[""].stdout.strip() == "True ['EFFICIENT_ATTENTION', 'MATH']"
-    assert runs["math"].stdout.strip() == "False ['MATH']"
-    assert runs["flash"].returncode != 0 and "'efficient' or 'math'" in runs["flash"].stderr

@@ -1,24 +1,19 @@
 """Under bf16 autocast the layers exchange bfloat16: no float32 round trips between them.
 
 CUDA's autocast runs ``layer_norm`` in float32 and returns float32; the test applies that
-policy on the CPU (``benchmarks/_cuda_policy.py``, as ``gpu_roofline.py`` does), so a norm that
-returned float32 to the next product would show here.
+policy on the CPU (``tests/nn/cuda_policy.py``), so a norm that returned float32 to the next
+product would show here.
 """
 
-import sys
-from pathlib import Path
-
 import torch
-from data.test_grid import mixed_graphs
+from grid.test_store import mixed_graphs
+from nn.cuda_policy import cuda_autocast
 from nn.test_backends import model_pair
 
-from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.grid import GridGraphs
 from graphormer_sepnorm.nn.precision import LayerNorm
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
 from graphormer_sepnorm.training.packed import PackedReplicas
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from _cuda_policy import cuda_autocast  # noqa: E402
 
 
 def test_layer_norm_keeps_bfloat16_under_cuda_autocast():

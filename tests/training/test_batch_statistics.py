@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from data.test_grid import mixed_graphs
+from grid.test_store import mixed_graphs
 from nn.test_backends import model_pair
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_sepnorm.data import GraphormerCollator
-from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.grid import GridGraphs
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
 from graphormer_sepnorm.training.batch_statistics import (
     ReestimateGraphTokenStatistics,

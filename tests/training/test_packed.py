@@ -11,11 +11,11 @@ import copy
 
 import pytest
 import torch
-from data.test_grid import mixed_graphs
+from grid.test_store import mixed_graphs
 from nn.test_backends import model_pair
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.grid import GridGraphs
 from graphormer_sepnorm.training.flat_adamw import FlatAdamW
 from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
 

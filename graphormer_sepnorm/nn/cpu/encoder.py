@@ -47,8 +47,8 @@ def why_not(model: Graphormer, batch: GraphormerBatch) -> str | None:
     dtype = model.graph_token.dtype
     if batch.node_mask.device.type != "cpu" or model.graph_token.device.type != "cpu":
         return "it runs on CPU tensors only"
-    if batch.is_grid:
-        return "it reads the collator's batches, not the grid layout's"
+    if not isinstance(batch, GraphormerBatch):
+        return "it reads the collator's batches, not the grid engine's"
     if dtype not in (torch.float32, torch.float64) or torch.is_autocast_enabled("cpu"):
         return "it runs in float32 and float64, outside autocast"
     norms = [n for layer in model.layers for n in (layer.attn_norm, layer.ffn_norm)]
@@ -59,6 +59,7 @@ def why_not(model: Graphormer, batch: GraphormerBatch) -> str | None:
     return None
 
 
+@torch.compiler.disable  # its C kernels are opaque to dynamo: a compiled model runs it eagerly
 def encode(model: Graphormer, batch: GraphormerBatch, graph_token_only: bool) -> Tensor:
     """:meth:`Graphormer.encode`'s tokens, ``[B, 1 + N, D]`` (``[B, 1, D]`` if graph only)."""
     x = model.embed_tokens(batch)

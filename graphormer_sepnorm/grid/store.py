@@ -11,11 +11,11 @@ milliseconds, so that work, and the shapes that change every step, would bound i
   each hop of one shortest path, ``S = min(K, longest path)`` slots (uint8 while there are at
   most 255 edge types).
 
-A batch is then a few index gathers on the device, in the grid layout of
-:class:`~graphormer_sepnorm.data.collate.GraphormerBatch` (every position of the padded
-``[B, N]`` grid, every pair of ``[B, N, N]``): its shapes depend only on ``B``, ``N`` and ``S``,
-nothing reads a value back to the host, so a step can be compiled or captured once per shape.
-The model computes exactly what it computes from the collator's batch of the same graphs.
+A batch is then a few index gathers on the device, a
+:class:`~graphormer_sepnorm.grid.batch.GridBatch` (every position of the padded ``[B, N]``
+grid, every pair of ``[B, N, N]``): its shapes depend only on ``B``, ``N`` and ``S``, nothing
+reads a value back to the host, so a step can be compiled or captured once per shape. The model
+computes exactly what it computes from the collator's batch of the same graphs.
 """
 
 from __future__ import annotations
@@ -27,16 +27,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.compiling import compiled
-from graphormer_sepnorm.data import sequences as attention_sequences
-from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator, _as_2d
+from graphormer_sepnorm.data.collate import GraphormerCollator, _as_2d
 from graphormer_sepnorm.data.transform import add_shortest_paths
+from graphormer_sepnorm.grid.batch import GridBatch
+from graphormer_sepnorm.nn.cuda.compiling import compiled
 
 #: Graphs walked per collator call while building.
 _CHUNK = 1024
-
-Sequences = tuple[Tensor, int, int]
-"""A batch's attention sequences: each graph token's first position ``[..., B]``, ``S``, ``L``."""
 
 
 def gathers_compiled(device: torch.device) -> bool:
@@ -64,8 +61,8 @@ class GridGraphs:
         ...             edge_attr=torch.zeros(6, 1, dtype=torch.long))
         >>> store = GridGraphs([ring, ring, ring])
         >>> batch = store.batch(torch.tensor([0, 2]), length=4)  # 2 graphs padded to 4 atoms
-        >>> batch.is_grid, tuple(batch.node_mask.shape), tuple(batch.hop_edge.shape)
-        (True, (2, 4), (32, 1))
+        >>> tuple(batch.node_mask.shape), tuple(batch.hop_edge.shape), batch.stacked
+        ((2, 4), (32, 1), False)
     """
 
     def __init__(self, graphs: Sequence[Data], multi_hop_max_dist: int = 20,
@@ -100,22 +97,15 @@ class GridGraphs:
         tensors = [*self.tensors.values(), *(t for t in (self.y, self.mol_x) if t is not None)]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def batch(self, index: Tensor, length: int, atom_rows: int | None = None,
-              sequences: Sequences | None = None) -> GraphormerBatch:
+    def batch(self, index: Tensor, length: int) -> GridBatch:
         """The graphs ``index`` (``[..., B]`` long, on the device) padded to ``length`` atoms.
 
-        Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field.
+        Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field
+        (:attr:`GridBatch.stacked <graphormer_sepnorm.grid.batch.GridBatch.stacked>`).
         ``length`` must be at least the largest atom count among them (see :meth:`length_for`).
-        With ``atom_rows`` (at least the batch's atoms, see :meth:`atom_rows_for`) the batch
-        also maps its tokens to ``B + atom_rows`` packed rows
-        (:attr:`GraphormerBatch.row_position`). With ``sequences`` (and ``atom_rows``) as well,
-        the tokens are also placed in attention sequences, and the pair fields are those of
-        the sequences' position pairs (:mod:`~graphormer_sepnorm.data.sequences`).
-        Where :func:`gathers_compiled` says so (on CUDA), the gathers are one compiled function
-        (dynamic shapes: compiled once), a handful of kernels instead of about 28 launches.
+        On CUDA the gathers are one compiled function (dynamic shapes: compiled once), a
+        handful of kernels instead of about 28 launches (:func:`gathers_compiled`).
         """
-        if sequences is not None and atom_rows is None:
-            raise ValueError("attention sequences need atom_rows (token rows)")
         gather = self._gather
         if gathers_compiled(index.device):
             if self._compiled_gather is None:
@@ -123,36 +113,23 @@ class GridGraphs:
             gather = self._compiled_gather
         # the gathers' own outputs (no views of them leave a compiled function: dynamo would
         # fakeify a compiled model's view inputs from their bases' symbolic sizes)
-        x, degree, node_mask, spd, hop_edge, y, mol_x, row_position, position_row, \
-            row_sequence, sequence_row, sequence_graph = gather(index, length, atom_rows,
-                                                                sequences)
-        lead, grid_atoms, spd = index.shape[:-1], node_mask.flatten(-2), spd.flatten(-3)
+        x, degree, node_mask, spd, hop_edge, y, mol_x = gather(index, length)
+        lead = index.shape[:-1]
         hop_edge = hop_edge.flatten(-4, -2)
-        if sequence_graph is not None:  # [..., S, L]: the model reads the sequences' shape
-            sequence_graph = sequence_graph.unflatten(-1, sequences[1:])
-        grid_pairs = self._arange(spd.shape[-1], index.device).expand(spd.shape)
-        return GraphormerBatch(
+        return GridBatch(
             x=x.flatten(-3, -2),
             degree=degree.flatten(-2),
-            node_slot=self._arange(grid_atoms.shape[-1], index.device).expand(grid_atoms.shape),
             node_mask=node_mask,
             edge_attr=self.tensors["edge_types"].expand(*lead,
                                                        *self.tensors["edge_types"].shape),
-            pair_slot=grid_pairs,
-            pair_spd=spd,
-            hop_pair=grid_pairs,
+            pair_spd=spd.flatten(-3),
             # each pair's slot s is hop s (a view: [P, S] of the slots' arange, nothing moved)
             hop_index=self._arange(self.hop_slots, index.device, self._slot_dtype).expand(
                 hop_edge.shape),
             hop_edge=hop_edge,
             y=y,
             mol_x=mol_x,
-            layout="replica_grid" if lead else "grid",
-            row_position=row_position,
-            position_row=position_row,
-            row_sequence=row_sequence,
-            sequence_row=sequence_row,
-            sequence_graph=sequence_graph,
+            stacked=bool(lead),
         )
 
     @property
@@ -168,54 +145,22 @@ class GridGraphs:
             self._aranges[key] = torch.arange(size, device=device, dtype=dtype)
         return self._aranges[key]
 
-    def _gather(self, index: Tensor, length: int, atom_rows: int | None = None,
-                sequences: Sequences | None = None) -> tuple[Tensor | None, ...]:
+    def _gather(self, index: Tensor, length: int) -> tuple[Tensor | None, ...]:
         """The batch's fields as ``[..., B, N(, N, S)]`` blocks (see :meth:`batch`)."""
         t = self.tensors
         n = t["num_nodes"][index].unsqueeze(-1)  # [..., B, 1]
         pos = torch.arange(length, device=index.device)
         node_mask = pos < n  # [..., B, N]
         atom = torch.where(node_mask, t["node_ptr"][index].unsqueeze(-1) + pos, 0)
-        # with sequences: each position's graph and token, for the pairs and the maps both
-        placed = None if sequences is None else attention_sequences.positions_of(
-            n.squeeze(-1), sequences[0], sequences[1] * sequences[2])
-        if placed is None:
-            pair_mask = node_mask.unsqueeze(-1) & node_mask.unsqueeze(-2)  # [..., B, N, N]
-            first_pair = t["pair_ptr"][index][..., None, None]  # [..., B, 1, 1]
-            pair = torch.where(pair_mask, first_pair + pos.unsqueeze(-1) * n.unsqueeze(-1) + pos,
-                               0)
-        else:  # [..., S, L, L]: the sequences' position pairs
-            pair, pair_mask = attention_sequences.sequence_pairs(t, index, n.squeeze(-1), placed,
-                                                                 *sequences[1:])
+        pair_mask = node_mask.unsqueeze(-1) & node_mask.unsqueeze(-2)  # [..., B, N, N]
+        first_pair = t["pair_ptr"][index][..., None, None]  # [..., B, 1, 1]
+        pair = torch.where(pair_mask, first_pair + pos.unsqueeze(-1) * n.unsqueeze(-1) + pos, 0)
         # pair fields in the store's small integer types (the model widens them where it
         # indexes): [P, S] long hop lists were the step's largest inputs
         spd = torch.where(pair_mask, t["spd"][pair], 0)  # [..., B, N, N]
-        rows = (None, None) if atom_rows is None else row_maps(n.squeeze(-1), length, atom_rows)
-        maps = (None,) * 3 if placed is None else \
-            attention_sequences.sequence_maps(n.squeeze(-1), *sequences, atom_rows, placed)
         return (t["x"][atom].long(), t["degree"][atom].long(), node_mask, spd, t["path"][pair],
                 None if self.y is None else self.y[index],
-                None if self.mol_x is None else self.mol_x[index], *rows, *maps)
-
-    def atom_rows_for(self, batch_size: int, sigmas: float = 6.0, multiple: int = 64) -> int:
-        """The atom rows of a random batch of ``batch_size`` graphs: one count for a whole fit.
-
-        The mean atoms of such a batch plus ``sigmas`` standard deviations of its total,
-        rounded up to ``multiple`` and at most ``batch_size`` times the largest molecule: a
-        compiled step then has one shape, and a batch with more atoms than this
-        (:meth:`rows_for`) takes the grid's count, a second shape. At the default, about one
-        batch in a billion does; ZINC-subset's batches of 256 (23.2 atoms on average) get
-        6,400 rows against the grid's 10,240 atom positions.
-        """
-        sizes = self.sizes.astype(np.float64)
-        spread = sigmas * float(sizes.std()) * np.sqrt(batch_size)
-        rows = int(-(-int(np.ceil(batch_size * sizes.mean() + spread)) // multiple) * multiple)
-        return min(rows, batch_size * int(self.sizes.max(initial=1)))
-
-    def rows_for(self, index: np.ndarray, atom_rows: int, length: int) -> int:
-        """``atom_rows``, or ``B * length`` where a batch (each of ``[R, B]``) has more atoms."""
-        totals = self.sizes[index].reshape(-1, index.shape[-1]).sum(-1)
-        return atom_rows if int(totals.max(initial=0)) <= atom_rows else index.shape[-1] * length
+                None if self.mol_x is None else self.mol_x[index])
 
     def length_for(self, index: np.ndarray, multiple: int = 8) -> int:
         """The padded length of a batch of graphs ``index`` (host ints).
@@ -244,31 +189,6 @@ class GridGraphs:
                 lengths.append(min(largest, max(up(1.25 * lengths[-1]), lengths[-1] + multiple)))
             self._lengths[multiple] = np.array(lengths)
         return self._lengths[multiple]
-
-
-def row_maps(num_nodes: Tensor, length: int, atom_rows: int) -> tuple[Tensor, Tensor]:
-    """The packed token rows of graphs of ``num_nodes`` ``[..., B]`` atoms in a grid of ``length``.
-
-    Returns ``row_position`` ``[..., B + atom_rows]`` and ``position_row``
-    ``[..., B * (1 + length)]`` (:class:`~graphormer_sepnorm.data.collate.GraphormerBatch`
-    says what they hold). On the device, without reading a count back to the host.
-    """
-    b, width = num_nodes.shape[-1], length + 1
-    device = num_nodes.device
-    start = torch.cumsum(num_nodes, -1) - num_nodes  # [..., B]: each graph's first atom row
-    pos = torch.arange(length, device=device)
-    graphs = torch.arange(b, device=device)
-    rows, positions = b + atom_rows, b * width
-    # padding points anywhere, spread out: its gradients are zero, but a GPU adds them up
-    # with atomics, and thousands of them into one row would queue on it
-    spread = (torch.arange(positions, device=device) % rows).view(b, width)[:, 1:]
-    atom_row = torch.where(pos < num_nodes.unsqueeze(-1), b + start.unsqueeze(-1) + pos, spread)
-    graph_row = graphs.expand(*num_nodes.shape).unsqueeze(-1)
-    position_row = torch.cat([graph_row, atom_row], -1).flatten(-2)  # [..., B * (1 + N)]
-    # each graph's token grid row starts at g * (1 + N)
-    first = (graphs * width).expand(*num_nodes.shape)
-    return attention_sequences.row_positions(num_nodes, first, atom_rows, positions), \
-        position_row
 
 
 def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:

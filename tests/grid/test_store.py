@@ -13,10 +13,10 @@ import torch
 from graphs import random_graph
 from nn.test_backends import NO_DROPOUT, assert_same, model_pair, run, single_atom
 
-from graphormer_sepnorm.compiling import compile_kwargs
-from graphormer_sepnorm.data import GraphormerCollator, sequences
-from graphormer_sepnorm.data.grid import GridGraphs
+from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler
+from graphormer_sepnorm.grid import DeviceBatches, GridBatch, GridGraphs, store
 from graphormer_sepnorm.nn import set_backend
+from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
 
 
 def mixed_graphs():
@@ -40,7 +40,7 @@ def test_grid_batch_computes_what_the_collated_batch_does(train, options) -> Non
     store = GridGraphs(graphs, multi_hop_max_dist=5)
     index = torch.arange(len(graphs))
     grid = store.batch(index, store.length_for(index.numpy()))
-    assert grid.is_grid and not collated.is_grid
+    assert isinstance(grid, GridBatch) and not grid.stacked
     assert grid.node_mask.shape == (len(graphs), 32)  # 30 atoms rounded up to 8
     torch.testing.assert_close(grid.y, collated.y)
     for graph_token_only in (False, True):
@@ -87,11 +87,9 @@ def test_grid_batch_with_leading_replica_dimension() -> None:
         for name, value in vars(single).items():
             if isinstance(value, torch.Tensor):
                 torch.testing.assert_close(getattr(packed, name)[replica], value, msg=name)
-    # the layout is a field each builder sets, never read from the tensors' ranks
-    collated = GraphormerCollator(multi_hop_max_dist=5)(graphs[:3])
-    assert (collated.layout, single.layout, packed.layout) == ("collated", "grid", "replica_grid")
-    assert (collated.is_grid, single.is_grid, packed.is_grid) == (False, True, True)
-    assert packed.to("cpu").layout == "replica_grid"
+    # stacking is a field the store sets, never read from the tensors' ranks
+    assert packed.stacked and not single.stacked and packed.to("cpu").stacked
+    assert packed.num_graphs == single.num_graphs == 3
 
 
 def test_grid_length_rounds_up() -> None:
@@ -106,7 +104,7 @@ def test_cpu_backend_leaves_grid_batches_to_the_reference() -> None:
     reference, cpu = model_pair(torch.float64, multi_hop_max_dist=5)
     grid = GridGraphs(graphs, multi_hop_max_dist=5).batch(torch.arange(len(graphs)), 32)
     torch.testing.assert_close(set_backend(cpu, "auto").eval()(grid), reference.eval()(grid))
-    with pytest.raises(ValueError, match="grid layout"):
+    with pytest.raises(ValueError, match="grid engine"):
         set_backend(cpu, "cpu")(grid)
 
 
@@ -119,9 +117,6 @@ def test_grid_of_graphs_without_edges() -> None:
 
 
 def test_device_batches_draw_each_replicas_own_order_per_epoch() -> None:
-    from graphormer_sepnorm.data import SizeGroupedBatchSampler
-    from graphormer_sepnorm.data.device_batches import DeviceBatches
-
     graphs = mixed_graphs()
     store = GridGraphs(graphs, multi_hop_max_dist=5)
     sizes = [g.num_nodes for g in graphs]
@@ -144,9 +139,6 @@ def test_device_batches_draw_each_replicas_own_order_per_epoch() -> None:
 def test_device_batches_of_one_length_pad_every_batch_to_it() -> None:
     """``length``: one shape for every batch (a compiled step compiles once); never shorter
     than the largest molecule."""
-    from graphormer_sepnorm.data import SizeGroupedBatchSampler
-    from graphormer_sepnorm.data.device_batches import DeviceBatches
-
     graphs = mixed_graphs()
     store = GridGraphs(graphs, multi_hop_max_dist=5)
     sizes = [g.num_nodes for g in graphs]
@@ -163,30 +155,7 @@ def test_device_batches_of_one_length_pad_every_batch_to_it() -> None:
         DeviceBatches(store, [sampler], length=max(sizes) - 1)
 
 
-def test_device_batches_with_atom_rows_keep_one_count_unless_a_batch_overflows() -> None:
-    """``atom_rows``: every batch maps its tokens to ``B + atom_rows`` rows (one shape a fit);
-    a batch with more atoms than that takes the grid's ``B * length``."""
-    from graphormer_sepnorm.data.device_batches import DeviceBatches
-
-    graphs = mixed_graphs()  # 3, 30, 5, 22, 8, 4, 12, 9, 14 and 1 atoms
-    store = GridGraphs(graphs, multi_hop_max_dist=5)
-    order = [[9, 0, 5], [2, 4, 6], [1, 3, 8]]  # 8, 25 and 66 atoms
-    batches = list(DeviceBatches(store, [order], length=32, atom_rows=40))
-    assert [b.row_position.shape[-1] for b in batches] == [3 + 40, 3 + 40, 3 + 3 * 32]
-    for batch, index in zip(batches, order, strict=True):
-        real = 3 + int(store.sizes[index].sum())
-        grid = store.batch(torch.tensor(index), 32)
-        assert torch.equal(batch.node_mask, grid.node_mask)
-        assert sorted(batch.row_position[:real].tolist()) == torch.cat(
-            [torch.ones(3, 1, dtype=torch.bool), grid.node_mask], 1).flatten().nonzero(
-        ).squeeze(1).tolist()
-    assert all(b.row_position is None for b in DeviceBatches(store, [order], length=32))
-
-
 def test_device_batches_want_stacking_for_several_samplers() -> None:
-    from graphormer_sepnorm.data import SizeGroupedBatchSampler
-    from graphormer_sepnorm.data.device_batches import DeviceBatches
-
     graphs = mixed_graphs()
     sampler = SizeGroupedBatchSampler([g.num_nodes for g in graphs], 3, seed=2)
     with pytest.raises(ValueError, match="stack=True"):
@@ -205,22 +174,18 @@ def test_grid_batch_carries_molecule_features() -> None:
 
 def test_compiled_gather_gives_the_eager_batch(monkeypatch) -> None:
     """On CUDA the gathers are compiled (dynamic shapes); traced here on the CPU."""
-    from graphormer_sepnorm.data import grid
-
-    store = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
+    graphs = GridGraphs(mixed_graphs(), multi_hop_max_dist=5)
     calls, real_compile = [], torch.compile
-    monkeypatch.setattr(grid, "gathers_compiled", lambda device: True)
+    monkeypatch.setattr(store, "gathers_compiled", lambda device: True)
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or real_compile(
         fn, backend="aot_eager", **kw))
-    order, first = sequences.place(store.sizes, np.array([[1, 2, 3, 5], [8, 0, 4, 9]]), 3, 32)
     cases = ((torch.tensor([0, 3, 9]), 32), (torch.tensor([[1, 2], [8, 0]]), 40),
-             (torch.from_numpy(order), 32, 80), (torch.from_numpy(order), 32, 80,
-                                                  (torch.from_numpy(first), 3, 32)))
-    compiled = [store.batch(*case) for case in cases]
+             (torch.tensor([[1, 2, 3, 5], [8, 0, 4, 9]]), 32))
+    compiled = [graphs.batch(*case) for case in cases]
     assert calls == [compile_kwargs(dynamic=True)]  # compiled once, for every shape
-    monkeypatch.setattr(grid, "gathers_compiled", lambda device: False)
+    monkeypatch.setattr(store, "gathers_compiled", lambda device: False)
     for got, case in zip(compiled, cases, strict=True):
-        expected = store.batch(*case)
+        expected = graphs.batch(*case)
         for name, value in vars(expected).items():
             if isinstance(value, torch.Tensor):
                 assert torch.equal(getattr(got, name), value), name

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from graphormer_sepnorm.data import sequences as attention_sequences
-from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.data.grid import GridGraphs
 from graphormer_sepnorm.data.resumable import (
     ResumableBatchSampler,
     position_state,
     resume_samplers,
 )
+from graphormer_sepnorm.grid.batch import GridBatch
+from graphormer_sepnorm.grid.store import GridGraphs
 
 
 class _EpochSetter(list):
@@ -28,12 +26,12 @@ class _EpochSetter(list):
 
 
 class DeviceBatches:
-    """Grid batches of a :class:`~graphormer_sepnorm.data.grid.GridGraphs`, one per step.
+    """Grid batches of a :class:`~graphormer_sepnorm.grid.store.GridGraphs`, one per step.
 
     The batch samplers (one per packed replica; each its own seed, so its own data order) are
     drawn on the host at the start of an epoch; their graph indices go to the device in one copy
     and each step's batch is gathered there (:meth:`GridGraphs.batch
-    <graphormer_sepnorm.data.grid.GridGraphs.batch>`), padded to the batch's largest molecule
+    <graphormer_sepnorm.grid.store.GridGraphs.batch>`), padded to the batch's largest molecule
     rounded up to ``length_multiple``, a length read from host sizes. With several replicas a
     step's batches are stacked ``[R, B]`` and share one length. Lightning takes it as a
     dataloader (it has ``__len__`` and a ``sampler`` whose epoch it sets).
@@ -47,17 +45,6 @@ class DeviceBatches:
             also for ``R = 1``. Default: false (one sampler, batches ``[B]``).
         length: pad every batch to this many atoms (at least the store's largest molecule),
             one shape for all; ``None`` (default): each batch's own length, as above.
-        atom_rows: batches also hold their tokens as ``B + atom_rows`` packed rows
-            (:meth:`GridGraphs.atom_rows_for
-            <graphormer_sepnorm.data.grid.GridGraphs.atom_rows_for>`; a batch with more atoms
-            takes ``B * length``); ``None`` (default): grid only.
-        sequences: ``(S, L)`` with ``atom_rows``: batches also place their tokens in ``S``
-            attention sequences of ``L`` positions (:mod:`~graphormer_sepnorm.data.sequences`,
-            :func:`~graphormer_sepnorm.data.sequences.shape_for`), each batch's graphs in the
-            order of their places. A batch that does not fit swaps molecules with other batches
-            of its epoch (:func:`~graphormer_sepnorm.data.sequences.fit_epoch`, which resumable
-            samplers are given, so that a resumed epoch swaps as before); one that still does
-            not stays in plain rows (a second shape). ``None`` (default): none.
         done: the batches of the current epoch trained so far
             (:func:`~graphormer_sepnorm.data.resumable.batches_done`): with
             :class:`~graphormer_sepnorm.data.resumable.ResumableBatchSampler` samplers, Lightning
@@ -66,24 +53,18 @@ class DeviceBatches:
 
     def __init__(self, store: GridGraphs, samplers: Sequence[Sampler[list[int]]],
                  length_multiple: int = 8, stack: bool = False,
-                 done: Callable[[], int] = lambda: 0, length: int | None = None,
-                 atom_rows: int | None = None,
-                 sequences: tuple[int, int] | None = None) -> None:
+                 done: Callable[[], int] = lambda: 0, length: int | None = None) -> None:
         if not samplers or len(samplers) > 1 and not stack:
             raise ValueError("one batch sampler, or several with stack=True")
         if length is not None and length < (largest := int(store.sizes.max(initial=1))):
             raise ValueError(f"length {length} is shorter than the largest molecule ({largest})")
-        self.length, self.atom_rows = length, atom_rows
-        self.sequences = sequences if atom_rows else None
+        self.length = length
         self.store = store
         self.sampler = _EpochSetter(samplers)
         self.batch_sampler = None  # Lightning inspects a dataloader's pair of them
         self.length_multiple = length_multiple
         self.stack = stack
         self._done = done
-        if self.sequences:
-            for sampler in self._resumable():
-                sampler.repair = self._fit
 
     def __len__(self) -> int:
         return min(len(s) for s in self.sampler)
@@ -100,15 +81,9 @@ class DeviceBatches:
         """The next epoch, if it is the saved one, starts after its done batches."""
         resume_samplers(self._resumable(), state_dict)
 
-    def _fit(self, batches: list[list[int]]) -> list[list[int]]:
-        """An epoch's batches with molecules swapped until each fits the sequences."""
-        assert self.sequences is not None
-        return attention_sequences.fit_epoch(batches, self.store.sizes, *self.sequences)
-
     def _epoch(self) -> list[np.ndarray]:
         """This epoch's batches as host arrays ``[R, B]`` (``[B]`` unless ``stack``)."""
-        per_replica = [list(s) if isinstance(s, ResumableBatchSampler) or not self.sequences
-                       else self._fit(list(s)) for s in self.sampler]
+        per_replica = [list(s) for s in self.sampler]
         steps = min(len(b) for b in per_replica)
         batches = []
         for step in range(steps):
@@ -120,38 +95,17 @@ class DeviceBatches:
             batches.append(batch if self.stack else batch[0])
         return batches
 
-    def __iter__(self) -> Iterator[GraphormerBatch]:
-        batches = [self._placed(batch) for batch in self._epoch()]
+    def __iter__(self) -> Iterator[GridBatch]:
+        batches = self._epoch()
         if not batches:
             return
-        # one host-to-device copy an epoch (indices and places); each step slices a view of it
-        arrays = [a for batch in batches for a in batch if a is not None]
-        host = torch.from_numpy(np.concatenate([a.reshape(-1) for a in arrays]))
+        # one host-to-device copy an epoch; each step slices a view of it
+        host = torch.from_numpy(np.concatenate([b.reshape(-1) for b in batches]))
         if self.store.device.type == "cuda":
             host = host.pin_memory()
-        on_device = iter(host.to(self.store.device, non_blocking=True).split(
-            [a.size for a in arrays]))
-        for batch, first in batches:
-            index = next(on_device).view(batch.shape)
-            placed = None if first is None else (next(on_device).view(batch.shape),
-                                                 *self.sequences)
+        on_device = host.to(self.store.device, non_blocking=True)
+        for batch, index in zip(batches, on_device.split([b.size for b in batches]),
+                                strict=True):
             length = self.length or self.store.length_for(batch.reshape(-1),
                                                           self.length_multiple)
-            rows = self.atom_rows and self.store.rows_for(batch, self.atom_rows, length)
-            yield self.store.batch(index, length, rows, placed)
-
-    def _placed(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """``batch`` in its sequences' order and each graph token's first position.
-
-        ``(batch, None)`` without sequences or where they do not fit
-        (:func:`~graphormer_sepnorm.data.sequences.place`; warned: on a GPU such a step
-        compiles a second shape).
-        """
-        if not self.sequences:
-            return batch, None
-        placed = attention_sequences.place(self.store.sizes, batch, *self.sequences)
-        if placed is None:
-            warnings.warn(f"a batch does not fit {self.sequences[0]} attention sequences of "
-                          f"{self.sequences[1]} even after swaps: it stays in plain rows, a "
-                          "second shape", stacklevel=2)
-        return placed or (batch, None)
+            yield self.store.batch(index.view(batch.shape), length)
