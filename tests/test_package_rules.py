@@ -1,0 +1,92 @@
+"""Rules of the package's shape that a reader relies on, checked on its source.
+
+- The reference model (``nn/`` outside the device wings ``nn/cpu/`` and ``nn/cuda/``) never
+  branches on the device type: speed plugs in through ``set_backend``.
+- The environment is read for paths and thread counts only; every switch of the computation is
+  configuration (saved with the checkpoint).
+"""
+
+import ast
+from pathlib import Path
+
+import graphormer_sepnorm
+
+PACKAGE = Path(graphormer_sepnorm.__file__).parent
+WINGS = (PACKAGE / "nn" / "cpu", PACKAGE / "nn" / "cuda")
+#: What the package may read from the environment: paths, the compiler, thread counts, and
+#: the seed Lightning's ``seed_everything`` hands its callbacks.
+ENVIRONMENT = {"GRAPHORMER_SEPNORM_DATA_MIRROR", "GRAPHORMER_SEPNORM_CACHE", "CC", "TMPDIR",
+               "OMP_NUM_THREADS", "PL_GLOBAL_SEED"}
+
+
+def sources(root: Path = PACKAGE) -> list[Path]:
+    return sorted(root.rglob("*.py"))
+
+
+def device_branches(tree: ast.AST) -> list[int]:
+    """Lines that compare a ``.type`` attribute or read ``.is_cuda`` (a device branch)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "is_cuda":
+            lines.append(node.lineno)
+        if isinstance(node, ast.Compare) and any(
+                isinstance(side, ast.Attribute) and side.attr == "type"
+                for side in (node.left, *node.comparators)):
+            lines.append(node.lineno)
+    return lines
+
+
+def environment_names(tree: ast.AST) -> set[str]:
+    """The variable names read through ``os.environ`` or ``os.getenv`` (constants resolved)."""
+    constants = {target.id: node.value.value for node in ast.walk(tree)
+                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                 for target in node.targets if isinstance(target, ast.Name)}
+
+    def name(node: ast.AST) -> str:
+        if isinstance(node, ast.Constant):
+            return node.value
+        return constants.get(getattr(node, "id", ""), ast.dump(node))
+
+    def is_environ(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            if (node.func.attr == "get" and is_environ(node.func.value)) or \
+                    node.func.attr == "getenv":
+                names.add(name(node.args[0]))
+        elif isinstance(node, ast.Subscript) and is_environ(node.value):
+            names.add(name(node.slice))
+        elif isinstance(node, ast.Compare) and any(is_environ(c) for c in node.comparators):
+            names.add(name(node.left))
+    return names
+
+
+def test_the_reference_model_never_branches_on_the_device() -> None:
+    found = {}
+    for path in sources(PACKAGE / "nn"):
+        if not any(wing in path.parents for wing in WINGS):
+            lines = device_branches(ast.parse(path.read_text()))
+            if lines:
+                found[str(path.relative_to(PACKAGE))] = lines
+    assert not found, f"device branches outside nn/cpu and nn/cuda: {found}"
+
+
+def test_the_check_sees_a_device_branch() -> None:
+    tree = ast.parse("if x.device.type == 'cuda':\n    pass\ny = q.is_cuda\n")
+    assert device_branches(tree) == [1, 3]
+
+
+def test_the_environment_is_read_for_paths_and_threads_only() -> None:
+    read = {str(path.relative_to(PACKAGE)): environment_names(ast.parse(path.read_text()))
+            for path in sources()}
+    assert not {path: names - ENVIRONMENT for path, names in read.items()
+                if names - ENVIRONMENT}
+    assert set().union(*read.values()) >= {"GRAPHORMER_SEPNORM_DATA_MIRROR", "OMP_NUM_THREADS"}
+
+
+def test_the_check_sees_every_way_of_reading_the_environment() -> None:
+    code = ("import os\nNAME = 'A'\nos.environ.get(NAME)\nos.environ['B']\nos.getenv('C')\n"
+            "'D' in os.environ\n")
+    assert environment_names(ast.parse(code)) == {"A", "B", "C", "D"}
