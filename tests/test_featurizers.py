@@ -232,39 +232,6 @@ def test_ogb_guards(monkeypatch):
         OgbFeaturizer()('CC')
 
 
-def test_ogb_guards_from_the_atom_tables(monkeypatch):
-    # with descriptors, the graph comes from the atom tables they read: the same guards
-    featurizer = OgbFeaturizer(mol_features=['rdkit2d'])
-
-    def atropisomer(bond):  # what OGB's own lookup does for it
-        raise ValueError("'STEREOATROPCW' is not in list")
-
-    monkeypatch.setattr(fz, 'bond_matrix', lambda tables: np.array([[0, -1, 0]]))  # no index
-    monkeypatch.setattr(fz, 'bond_features', atropisomer)
-    with pytest.raises(FeaturizationError,
-                       match='bond stereo STEREONONE between atoms 0 and 1 not in the OGB vocab'):
-        featurizer('CC')
-    monkeypatch.undo()
-    monkeypatch.setattr(fz, 'atom_matrix', lambda tables: np.array([[999] + [0] * 8] * 2))
-    with pytest.raises(FeaturizationError, match='atom feature outside the ogb vocabulary'):
-        featurizer('CC')
-
-
-def test_ogb_dense_lookups_are_ogbs_own_outside_their_span():
-    from rdkit import Chem
-
-    from graphormer_sepnorm.chem import ogb_features as of
-
-    charge = of._ATOM_LOOKUP.lookups[3]  # spans -8..8; OGB's list -5..5 and 'misc'
-    values = np.array([-12, -5, 0, 5, 6, 12])
-    expected = [of.ogb.safe_index(of.ogb.allowable_features['possible_formal_charge_list'], v)
-                for v in values.tolist()]
-    assert charge(values).tolist() == expected  # one by one: two values outside the span
-    assert charge(values[1:5]).tolist() == expected[1:5]  # the array
-    stereo = of._BOND_LOOKUP.lookups[1]
-    assert stereo(np.array([int(Chem.BondStereo.STEREOATROPCW)])).tolist() == [-1]
-
-
 @pytest.mark.parametrize('featurizer', [ZincFeaturizer(max_atoms=64), OgbFeaturizer(),
                                         ZincFeaturizer(vocab=list(reversed(ZINC_ATOM_VOCAB)))])
 def test_config_round_trip(featurizer, tmp_path):

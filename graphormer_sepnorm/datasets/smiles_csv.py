@@ -224,10 +224,8 @@ class SmilesCSVDataModule(GraphDataModule):
         mol_features: molecule features the head reads beside the graph token, computed by the
             featurizer and recorded with it in the checkpoint
             (:mod:`~graphormer_sepnorm.chem.mol_features`): ``'rdkit2d'`` (174 standardized RDKit
-            2D descriptors), ``'rdkit2d_screen'`` (163 of them, without BCUT2D, SPS, BertzCT
-            and AvgIpc), ``'rdkit2d_lean'`` (162, also without QED: about half the time),
-            ``'rdkit2d_fast'`` (150, a third of the time), ``'morgan'`` (Morgan counts, radius 2,
-            2,048 bits). Default: none.
+            2D descriptors, RDKit's own functions), ``'morgan'`` (Morgan counts, radius 2, 2,048
+            bits). Default: none.
         max_atoms: larger molecules count as invalid SMILES; ``None`` for no limit.
         split: ``'scaffold'``, ``'random'`` or ``'column'``. Default: ``'scaffold'``.
         split_column: header of the split column for ``split='column'``. Default: ``'split'``.
