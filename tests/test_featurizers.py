@@ -277,6 +277,50 @@ def test_featurize_many():
     assert featurize_many(iter([]), OgbFeaturizer()) == ([], [])
 
 
+def test_featurize_set_in_workers_is_featurize_many():
+    from graphormer_sepnorm.chem.parallel import featurize_set
+
+    smiles = ['CCO', 'not a smiles', 'c1ccccc1O', 'C[N+](C)(C)CC(=O)[O-]', '[Na+].[Cl-]',
+              'CC(=O)Nc1ccc(O)cc1', 'C' * 20, '']
+    featurizer = OgbFeaturizer(max_atoms=12, mol_features=['rdkit2d', 'morgan'])
+    graphs, errors = featurize_set(smiles, featurizer, workers=2)
+    expected, expected_errors = featurize_many(smiles, featurizer)
+    assert errors == expected_errors and errors[6].startswith('molecule has 20 atoms')
+    for got, want in zip(graphs, expected, strict=True):
+        assert (got is None) == (want is None)
+        if got is not None:
+            for key in ('x', 'edge_index', 'edge_attr', 'mol_x'):
+                assert torch.equal(got[key], want[key]), key
+
+
+class _Unrebuildable(OgbFeaturizer):
+    def to_config(self):  # what a worker cannot rebuild: its start fails
+        return {'name': 'no such featurizer'}
+
+
+def test_featurize_set_falls_back_to_this_process_when_workers_fail():
+    from graphormer_sepnorm.chem.parallel import featurize_set
+
+    with pytest.warns(UserWarning, match='featurization workers could not run'):
+        graphs, errors = featurize_set(['CCO', 'C1CC'], _Unrebuildable(), workers=1)
+    assert graphs[1] is None and errors[0] is None and errors[1].startswith('invalid SMILES')
+    assert torch.equal(graphs[0].x, OgbFeaturizer()('CCO').x)
+
+
+def test_featurize_set_starts_workers_only_where_they_pay(monkeypatch):
+    from graphormer_sepnorm.chem import parallel
+
+    monkeypatch.setattr(parallel.os, 'sched_getaffinity', lambda pid: set(range(8)),
+                        raising=False)
+    heavy, light = OgbFeaturizer(mol_features=['rdkit2d']), OgbFeaturizer(mol_features=['morgan'])
+    large = parallel.MIN_ROWS_FOR_WORKERS
+    assert parallel.workers_for(large, heavy) == parallel.MAX_WORKERS
+    assert parallel.workers_for(large - 1, heavy) == 0
+    assert parallel.workers_for(10 * large, light) == 0
+    monkeypatch.setattr(parallel.os, 'sched_getaffinity', lambda pid: {0}, raising=False)
+    assert parallel.workers_for(10 * large, heavy) == 0
+
+
 def _shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         if os.environ.get('CI'):

@@ -5,6 +5,8 @@
 - :mod:`~graphormer_sepnorm.chem.ogb_features`: OGB's atom and bond vocabularies;
 - :mod:`~graphormer_sepnorm.chem.mol_features`: molecule features for the head (RDKit 2D
   descriptors from RDKit's own functions, Morgan counts);
+- :mod:`~graphormer_sepnorm.chem.parallel`: a whole set featurized, in worker processes where
+  it is large;
 - :mod:`~graphormer_sepnorm.chem.layout`: those features' widths and columns, without RDKit.
 
 Only the datamodules, prediction and the notebooks' helpers import it; the model, training, the
