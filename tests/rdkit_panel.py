@@ -71,6 +71,15 @@ def record() -> dict:
                        for smiles in PANEL}}
 
 
+def dumps(recorded: dict) -> str:
+    """``recorded`` as JSON, one line a molecule (values exact: Python's shortest repr)."""
+    rows = [f"  {json.dumps(smiles)}: {json.dumps(values)}"
+            for smiles, values in recorded["values"].items()]
+    return (f'{{"rdkit": {json.dumps(recorded["rdkit"])},\n'
+            f' "descriptors": {json.dumps(recorded["descriptors"])},\n'
+            ' "values": {\n' + ",\n".join(rows) + "\n}}\n")
+
+
 if __name__ == "__main__":
-    RECORDED.write_text(json.dumps(record(), indent=1) + "\n")
+    RECORDED.write_text(dumps(record()))
     print(f"{RECORDED}: {len(PANEL)} molecules x {len(spec_names())} descriptors")
