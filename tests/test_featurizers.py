@@ -232,39 +232,6 @@ def test_ogb_guards(monkeypatch):
         OgbFeaturizer()('CC')
 
 
-def test_ogb_guards_from_the_atom_tables(monkeypatch):
-    # with descriptors, the graph comes from the atom tables they read: the same guards
-    featurizer = OgbFeaturizer(mol_features=['rdkit2d'])
-
-    def atropisomer(bond):  # what OGB's own lookup does for it
-        raise ValueError("'STEREOATROPCW' is not in list")
-
-    monkeypatch.setattr(fz, 'bond_matrix', lambda tables: np.array([[0, -1, 0]]))  # no index
-    monkeypatch.setattr(fz, 'bond_features', atropisomer)
-    with pytest.raises(FeaturizationError,
-                       match='bond stereo STEREONONE between atoms 0 and 1 not in the OGB vocab'):
-        featurizer('CC')
-    monkeypatch.undo()
-    monkeypatch.setattr(fz, 'atom_matrix', lambda tables: np.array([[999] + [0] * 8] * 2))
-    with pytest.raises(FeaturizationError, match='atom feature outside the ogb vocabulary'):
-        featurizer('CC')
-
-
-def test_ogb_dense_lookups_are_ogbs_own_outside_their_span():
-    from rdkit import Chem
-
-    from graphormer_sepnorm.chem import ogb_features as of
-
-    charge = of._ATOM_LOOKUP.lookups[3]  # spans -8..8; OGB's list -5..5 and 'misc'
-    values = np.array([-12, -5, 0, 5, 6, 12])
-    expected = [of.ogb.safe_index(of.ogb.allowable_features['possible_formal_charge_list'], v)
-                for v in values.tolist()]
-    assert charge(values).tolist() == expected  # one by one: two values outside the span
-    assert charge(values[1:5]).tolist() == expected[1:5]  # the array
-    stereo = of._BOND_LOOKUP.lookups[1]
-    assert stereo(np.array([int(Chem.BondStereo.STEREOATROPCW)])).tolist() == [-1]
-
-
 @pytest.mark.parametrize('featurizer', [ZincFeaturizer(max_atoms=64), OgbFeaturizer(),
                                         ZincFeaturizer(vocab=list(reversed(ZINC_ATOM_VOCAB)))])
 def test_config_round_trip(featurizer, tmp_path):
@@ -308,6 +275,50 @@ def test_featurize_many():
     assert errors[1] == 'empty SMILES' and errors[2].startswith('invalid SMILES')
     assert errors[3] == "atom 'Si' (token 'Si') not in the ZINC vocabulary"
     assert featurize_many(iter([]), OgbFeaturizer()) == ([], [])
+
+
+def test_featurize_set_in_workers_is_featurize_many():
+    from graphormer_sepnorm.chem.parallel import featurize_set
+
+    smiles = ['CCO', 'not a smiles', 'c1ccccc1O', 'C[N+](C)(C)CC(=O)[O-]', '[Na+].[Cl-]',
+              'CC(=O)Nc1ccc(O)cc1', 'C' * 20, '']
+    featurizer = OgbFeaturizer(max_atoms=12, mol_features=['rdkit2d', 'morgan'])
+    graphs, errors = featurize_set(smiles, featurizer, workers=2)
+    expected, expected_errors = featurize_many(smiles, featurizer)
+    assert errors == expected_errors and errors[6].startswith('molecule has 20 atoms')
+    for got, want in zip(graphs, expected, strict=True):
+        assert (got is None) == (want is None)
+        if got is not None:
+            for key in ('x', 'edge_index', 'edge_attr', 'mol_x'):
+                assert torch.equal(got[key], want[key]), key
+
+
+class _Unrebuildable(OgbFeaturizer):
+    def to_config(self):  # what a worker cannot rebuild: its start fails
+        return {'name': 'no such featurizer'}
+
+
+def test_featurize_set_falls_back_to_this_process_when_workers_fail():
+    from graphormer_sepnorm.chem.parallel import featurize_set
+
+    with pytest.warns(UserWarning, match='featurization workers could not run'):
+        graphs, errors = featurize_set(['CCO', 'C1CC'], _Unrebuildable(), workers=1)
+    assert graphs[1] is None and errors[0] is None and errors[1].startswith('invalid SMILES')
+    assert torch.equal(graphs[0].x, OgbFeaturizer()('CCO').x)
+
+
+def test_featurize_set_starts_workers_only_where_they_pay(monkeypatch):
+    from graphormer_sepnorm.chem import parallel
+
+    monkeypatch.setattr(parallel.os, 'sched_getaffinity', lambda pid: set(range(8)),
+                        raising=False)
+    heavy, light = OgbFeaturizer(mol_features=['rdkit2d']), OgbFeaturizer(mol_features=['morgan'])
+    large = parallel.MIN_ROWS_FOR_WORKERS
+    assert parallel.workers_for(large, heavy) == parallel.MAX_WORKERS
+    assert parallel.workers_for(large - 1, heavy) == 0
+    assert parallel.workers_for(10 * large, light) == 0
+    monkeypatch.setattr(parallel.os, 'sched_getaffinity', lambda pid: {0}, raising=False)
+    assert parallel.workers_for(10 * large, heavy) == 0
 
 
 def _shared_data() -> Path:

@@ -272,7 +272,7 @@ def test_chunked_stream_with_worker_processes_keeps_order_and_flags(tmp_path, ck
 
 
 @pytest.mark.parametrize(("cores", "features", "expected"), [
-    (2, ["rdkit2d", "morgan"], 2), (2, ["rdkit2d_fast"], 2), (2, ["morgan"], 1), (2, None, 1),
+    (2, ["rdkit2d", "morgan"], 2), (2, ["morgan", "rdkit2d"], 2), (2, ["morgan"], 1), (2, None, 1),
     (1, None, 0), (1, ["rdkit2d"], 1), (16, ["rdkit2d"], 4), (16, None, 4)])
 def test_default_workers_follow_where_the_time_goes(monkeypatch, cores, features, expected):
     # descriptors make featurizing most of the work: every core featurizes; otherwise the model

@@ -4,11 +4,9 @@
 - :mod:`~graphormer_sepnorm.chem.featurizers`: molecules to graphs (ZINC tokens, OGB features);
 - :mod:`~graphormer_sepnorm.chem.ogb_features`: OGB's atom and bond vocabularies;
 - :mod:`~graphormer_sepnorm.chem.mol_features`: molecule features for the head (RDKit 2D
-  descriptors, Morgan counts);
-- :mod:`~graphormer_sepnorm.chem.rdkit_shortcuts`: RDKit's descriptor values in less time
-  (the same numbers; ``ROUNDED`` ones within rounding), drawing on ``graph_shortcuts`` (one
-  read of the atoms a molecule), ``path_shortcuts``, ``bcut_shortcut``, ``crippen_shortcut``
-  and ``substructure_screen``;
+  descriptors from RDKit's own functions, Morgan counts);
+- :mod:`~graphormer_sepnorm.chem.parallel`: a whole set featurized, in worker processes where
+  it is large;
 - :mod:`~graphormer_sepnorm.chem.layout`: those features' widths and columns, without RDKit.
 
 Only the datamodules, prediction and the notebooks' helpers import it; the model, training, the

@@ -7,7 +7,9 @@ chemprop's "extra molecule features", here beside the graph token: the head read
 prediction computes the same features with no setting of its own.
 
 - ``rdkit2d``: the 174 RDKit 2D descriptors the bundled ``pretrained`` model learned to predict,
-  each transformed, clipped and standardized exactly as for that pretraining (fitted on ZINC's
+  each computed by RDKit's own function of that name (``Descriptors.descList``; the RDKit
+  versions that have them all and give the recorded values are ``pyproject.toml``'s), then
+  transformed, clipped and standardized exactly as for that pretraining (fitted on ZINC's
   training molecules: ``rdkit2d_descriptors.json`` beside this file, written by
   ``benchmarks/pretrain_data.py``). Fixed statistics, not the user's: a model's features mean
   the same on any data, and values outside ZINC's range are clipped to it. A descriptor RDKit
@@ -18,30 +20,25 @@ prediction computes the same features with no setting of its own.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from rdkit import Chem
+from rdkit import Chem, rdBase
 from rdkit.Chem import Descriptors, rdFingerprintGenerator
 
-from graphormer_sepnorm.chem.layout import MORGAN_BITS, SPEC_PATH, descriptor_spec
-from graphormer_sepnorm.chem.rdkit_shortcuts import (
-    ESTATE_EXTREMES,
-    QED_REUSED,
-    descriptor_function,
-    estate_indices,
-    qed_from_descriptors,
+from graphormer_sepnorm.chem.layout import (
+    MORGAN_BITS,
+    SPEC_PATH,
+    check_feature_name,
+    descriptor_spec,
 )
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
-           "RDKit2D", "RDKit2DFast", "RDKit2DLean", "RDKit2DScreen", "apply_transform",
-           "build_mol_features", "descriptor_spec", "qed_from_descriptors",
-           "transform_descriptors"]
+           "RDKit2D", "apply_transform", "build_mol_features", "descriptor_functions",
+           "descriptor_spec", "transform_descriptors"]
 
 
 def apply_transform(x: np.ndarray, kind: str) -> np.ndarray:
@@ -111,8 +108,27 @@ class MolFeatures(ABC):
         """``[dim]`` float32 features of a parsed molecule (left unmodified)."""
 
 
+def descriptor_functions(names: Sequence[str]) -> list[Callable[[Chem.Mol], Any]]:
+    """RDKit's public function of each named descriptor (``Descriptors.descList``), in order.
+
+    Raises:
+        RuntimeError: The installed RDKit lacks one of them (``pyproject.toml`` gives the
+            versions that have them all).
+    """
+    available = dict(Descriptors.descList)
+    missing = [name for name in names if name not in available]
+    if missing:
+        raise RuntimeError(f"RDKit {rdBase.rdkitVersion} lacks the descriptors {missing} of "
+                           f"{SPEC_PATH.name}; install an RDKit that has them (the range "
+                           "graphormer-sepnorm's requirements give)")
+    return [available[name] for name in names]
+
+
 class RDKit2D(MolFeatures):
     """The pretraining's 174 standardized RDKit 2D descriptors (see the module docstring).
+
+    Each is RDKit's own function from ``Descriptors.descList``, called on the molecule in the
+    spec's order (RDKit caches what several share, such as the E-state indices, on it).
 
     Examples:
         >>> values = RDKit2D()(Chem.MolFromSmiles("CCO"))
@@ -124,22 +140,10 @@ class RDKit2D(MolFeatures):
 
     def __init__(self) -> None:
         self.spec = descriptor_spec(self.name)
-        functions = dict(Descriptors.descList)
-        # RDKit recomputes the E-state indices for each of these four (force=1) and caches them
-        # on the molecule for the VSA ones: force=0 computes them once a molecule, 7% of the
-        # time; estate_indices computes them as RDKit does, in array operations. Other
-        # shortcuts: descriptor_function
-        self._estate = any(item["name"] in ESTATE_EXTREMES for item in self.spec)
-        self.functions = [descriptor_function(item["name"], functions[item["name"]])
-                          for item in self.spec]
+        self.names = [item["name"] for item in self.spec]
+        self.functions = descriptor_functions(self.names)
         self.transform = DescriptorTransform(self.spec)
         self.dim = len(self.spec)
-        names = [item["name"] for item in self.spec]
-        # QED's properties repeat five of the descriptors (Crippen logP among them, a quarter
-        # of QED's time): computed after them, it takes theirs (qed_from_descriptors)
-        self._qed_at = names.index("qed") if {"qed", *QED_REUSED} <= set(names) else None
-        if self._qed_at is not None:
-            self._reused = [names.index(name) for name in QED_REUSED]
 
     def __call__(self, mol: Chem.Mol) -> np.ndarray:
         """``[174]`` float32 standardized descriptors."""
@@ -147,49 +151,31 @@ class RDKit2D(MolFeatures):
 
     def raw(self, mol: Chem.Mol) -> np.ndarray:
         """``[174]`` float64 RDKit values, before the transforms (NaN where RDKit raises)."""
-        if self._estate and not hasattr(mol, "_eStateIndices"):  # where RDKit caches them
-            # where they cannot be computed RDKit's own raise below, inside _safe (NaN)
-            with contextlib.suppress(Exception):
-                mol._eStateIndices = estate_indices(mol)
-        raw = _floats(_values(self.functions, mol, skip=self._qed_at))  # QED's after (below)
-        if self._qed_at is not None:
-            raw[self._qed_at] = _safe(functools.partial(
-                qed_from_descriptors, reused=raw[self._reused].tolist()), mol)
-        return raw
-
-
-def _values(functions: Sequence[Any], mol: Chem.Mol, skip: int | None = None) -> list[Any]:
-    """Each function's value for ``mol`` as returned, NaN where it raises and at ``skip``."""
-    # one list and one conversion (_floats) a molecule, not a _safe call a value: 174 fewer
-    values = []
-    for k, function in enumerate(functions):
-        if k == skip:
-            values.append(math.nan)
-            continue
-        try:
-            values.append(function(mol))
-        except Exception:  # RDKit raises assorted types on odd molecules; the value is unknown
-            values.append(math.nan)
-    return values
+        values = []
+        for function in self.functions:
+            try:
+                values.append(function(mol))
+            except Exception:  # RDKit raises assorted types on odd molecules; value unknown
+                values.append(math.nan)
+        return _floats(values)
 
 
 def _floats(values: list[Any]) -> np.ndarray:
-    """:func:`_safe`'s conversion, of all values at once: float64, NaN where not finite."""
+    """The values as float64, NaN where one is not a finite number."""
     try:
         raw = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):  # a value float() may refuse: one by one
-        raw = np.array([_safe(float, value) for value in values])
+    except (TypeError, ValueError, OverflowError):  # a value float() refuses: one by one
+        raw = np.array([_float(value) for value in values])
     raw[~np.isfinite(raw)] = math.nan
     return raw
 
 
-def _safe(function: Any, mol: Chem.Mol) -> float:
-    """One descriptor's value, NaN where RDKit raises or gives a non-finite number."""
+def _float(value: Any) -> float:
+    """``float(value)``, NaN where it raises."""
     try:
-        value = float(function(mol))
-    except Exception:  # RDKit raises assorted types on odd molecules; the value is then unknown
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
         return math.nan
-    return value if math.isfinite(value) else math.nan
 
 
 class MorganCounts(MolFeatures):
@@ -213,61 +199,18 @@ class MorganCounts(MolFeatures):
         return np.log1p(counts.astype(np.float32))
 
 
-class RDKit2DFast(RDKit2D):
-    """:class:`RDKit2D` without its costliest descriptors (``chem.layout.FAST_LEFT_OUT``).
-
-    The same transforms and statistics for the 150 it keeps, about a third of the time.
-
-    Examples:
-        >>> RDKit2DFast()(Chem.MolFromSmiles("CCO")).shape
-        (150,)
-    """
-
-    name = "rdkit2d_fast"
-
-
-class RDKit2DScreen(RDKit2D):
-    """:class:`RDKit2D` without BCUT2D, SPS, BertzCT, AvgIpc (``chem.layout.SCREEN_LEFT_OUT``).
-
-    The same transforms and statistics for the 163 it keeps, QED among them.
-
-    Examples:
-        >>> RDKit2DScreen()(Chem.MolFromSmiles("CCO")).shape
-        (163,)
-    """
-
-    name = "rdkit2d_screen"
-
-
-class RDKit2DLean(RDKit2D):
-    """:class:`RDKit2D` without QED, BCUT2D, SPS, BertzCT, AvgIpc (``chem.layout.LEAN_LEFT_OUT``).
-
-    The same transforms and statistics for the 162 it keeps, about half the time.
-
-    Examples:
-        >>> RDKit2DLean()(Chem.MolFromSmiles("CCO")).shape
-        (162,)
-    """
-
-    name = "rdkit2d_lean"
-
-
-MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "rdkit2d_screen": RDKit2DScreen,
-                                              "rdkit2d_lean": RDKit2DLean,
-                                              "rdkit2d_fast": RDKit2DFast,
-                                              "morgan": MorganCounts}
+MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "morgan": MorganCounts}
 
 
 def build_mol_features(names: Sequence[str]) -> list[MolFeatures]:
     """The feature generators ``names`` (each of :data:`MOL_FEATURES`, at most once), in order.
 
     Raises:
-        ValueError: An unknown or repeated name.
+        ValueError: An unknown, removed (:func:`~graphormer_sepnorm.chem.layout.check_feature_name`)
+            or repeated name.
     """
-    unknown = [n for n in names if n not in MOL_FEATURES]
-    if unknown:
-        raise ValueError(f"unknown molecule features {unknown}; choose from "
-                         f"{sorted(MOL_FEATURES)}")
+    for name in names:
+        check_feature_name(name)
     if len(set(names)) != len(names):
         raise ValueError(f"molecule features repeated: {list(names)}")
     return [MOL_FEATURES[n]() for n in names]

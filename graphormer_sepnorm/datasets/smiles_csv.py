@@ -18,7 +18,8 @@ from rdkit import rdBase
 from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.chem.featurizers import build_featurizer, featurize_many
+from graphormer_sepnorm.chem.featurizers import build_featurizer
+from graphormer_sepnorm.chem.parallel import featurize_set
 from graphormer_sepnorm.datasets.base import (
     GraphDataModule,
     make_dataset_info,
@@ -200,8 +201,9 @@ class SmilesCSVDataModule(GraphDataModule):
 
     The file is read with Python's ``csv`` module (quoted fields may hold commas; ``.tsv`` is
     tab-separated; ``.gz`` is decompressed) and featurized once, in :meth:`load_splits`, by the
-    same featurizer the checkpoint records for prediction. Only graphs are kept, never RDKit
-    molecules. Problems are reported with their file line (the header is line 1):
+    same featurizer the checkpoint records for prediction (a large file with RDKit descriptors in
+    worker processes: :func:`~graphormer_sepnorm.chem.parallel.featurize_set`). Only graphs are
+    kept, never RDKit molecules. Problems are reported with their file line (the header is line 1):
 
     * a missing column names the columns the header has;
     * a missing, NaN, non-numeric or infinite target (or a binary one not 0/1), and an unknown
@@ -224,10 +226,8 @@ class SmilesCSVDataModule(GraphDataModule):
         mol_features: molecule features the head reads beside the graph token, computed by the
             featurizer and recorded with it in the checkpoint
             (:mod:`~graphormer_sepnorm.chem.mol_features`): ``'rdkit2d'`` (174 standardized RDKit
-            2D descriptors), ``'rdkit2d_screen'`` (163 of them, without BCUT2D, SPS, BertzCT
-            and AvgIpc), ``'rdkit2d_lean'`` (162, also without QED: about half the time),
-            ``'rdkit2d_fast'`` (150, a third of the time), ``'morgan'`` (Morgan counts, radius 2,
-            2,048 bits). Default: none.
+            2D descriptors, RDKit's own functions), ``'morgan'`` (Morgan counts, radius 2, 2,048
+            bits). Default: none.
         max_atoms: larger molecules count as invalid SMILES; ``None`` for no limit.
         split: ``'scaffold'``, ``'random'`` or ``'column'``. Default: ``'scaffold'``.
         split_column: header of the split column for ``split='column'``. Default: ``'split'``.
@@ -281,7 +281,7 @@ class SmilesCSVDataModule(GraphDataModule):
 
     def _featurize(self, table: CSVTable, path: Path) -> list[Data | None]:
         """Every row's graph with its ``y`` (``None`` when invalid), raising or warning."""
-        graphs, errors = featurize_many(table.smiles, self.featurizer)
+        graphs, errors = featurize_set(table.smiles, self.featurizer)
         bad = [f"line {table.lines[i]}: {table.smiles[i]!r}: {e}"
                for i, e in enumerate(errors) if e is not None]
         if bad:

@@ -35,7 +35,7 @@ def gp_columns(featurizer: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
     Read from a featurizer's config (``dataset_info['featurizer']``): its record of them,
     ``mol_feature_columns``, or, in configs written before it had one, the layout of its
     ``mol_features`` names (no RDKit either way). Empty without Morgan counts or descriptors.
-    Either descriptor feature (``rdkit2d``, ``rdkit2d_fast``) is the ``rdkit2d`` kernel's.
+    The descriptor feature (``rdkit2d``) is the ``rdkit2d`` kernel's.
     """
     columns = featurizer.get("mol_feature_columns")
     if columns is None:
