@@ -131,15 +131,23 @@ def find_last_checkpoint(root: str | Path) -> Path | None:
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
 
 
+def monitor_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved state of the fit's monitoring ``ModelCheckpoint`` (monitor, best score and file).
+
+    The one with a ``monitor`` among the checkpoint's callback states; ``None`` if none.
+    """
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if str(key).startswith("ModelCheckpoint") and state.get("monitor"):
+            return state
+    return None
+
+
 def best_checkpoint(checkpoint: str | Path) -> Path | None:
     """The best checkpoint that a fit's monitoring ``ModelCheckpoint`` recorded in ``checkpoint``.
 
     Read from the callback's saved state (``best_model_path``), so a new process finds the best
     checkpoint of an earlier fit from its ``last.ckpt``; ``None`` if none was recorded.
     """
-    ckpt = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
-    for key, state in (ckpt.get("callbacks") or {}).items():
-        if str(key).startswith("ModelCheckpoint") and state.get("monitor") \
-                and state.get("best_model_path"):
-            return Path(state["best_model_path"])
-    return None
+    state = monitor_state(torch.load(checkpoint, map_location="cpu", weights_only=True,
+                                     mmap=True))
+    return Path(state["best_model_path"]) if state and state.get("best_model_path") else None
