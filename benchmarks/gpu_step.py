@@ -48,12 +48,8 @@ from torch_geometric.data import Data
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _flops import model_flops  # noqa: E402
+from _profile import profile_activities, profile_report, sync  # noqa: E402
 
-from graphormer_sepnorm.campaign.step_profile import (  # noqa: E402
-    profile_activities,
-    profile_report,
-    sync,
-)
 from graphormer_sepnorm.datasets.base import GraphDataModule  # noqa: E402
 from graphormer_sepnorm.datasets.prepared import load_graphs  # noqa: E402
 from graphormer_sepnorm.nn.config import GraphormerConfig  # noqa: E402
