@@ -59,37 +59,30 @@ demo: venv $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mir
 		keep_default_na=False).to_string(index=False, max_colwidth=45))"
 	@echo "demo: test ROC-AUC of the best checkpoint: $$(grep -o 'test/roc_auc *[0-9.]*' $(DEMO)/test.log | awk '{print $$2}')"
 
-# What a lent GPU machine lacks, into gpu/bundle/ (git-ignored; it travels with the tree, 64 MiB
-# for both): the wheels of jsonargparse & co. for Python 3.12, and the prepared splits of MolHIV,
-# ZINC-subset and ZINC (about 2.5 minutes with the mirror). See README "On a lent GPU".
+# What a lent GPU machine lacks, into gpu/bundle/ (git-ignored; carried with the tree): the
+# wheels of jsonargparse & co. for Python 3.12 and the prepared splits of MolHIV, ZINC-subset and
+# ZINC (about 3.5 minutes with the mirror; 15 MB). gpu/run.sh uses it; see docs/drafts/scaling_out.md.
 gpu-bundle: venv $(if $(LOCAL_MIRROR),mirror)
-	rm -rf gpu/bundle
-	OMP_NUM_THREADS=1 $(BIN)/python -m graphormer_sepnorm.gpu_bundle gpu/bundle --root data
+	bash gpu/bundle.sh $(BIN)/python
 
-# A twin of the lent GPU's Python on this machine (its versions as the device tool's KINDS.md
-# lists them: Python 3.12, torch 2.11.0, lightning 2.6.6, torch-geometric 2.8.0.post1,
-# torchmetrics 1.9.0, numpy 2.5.2, pytest, networkx; no RDKit or ogb), about 5 GB from PyPI
-# (torch's CUDA build, which runs on the CPU), outside the checkout. `make image-rehearsal` then
-# runs in it the GPU smoke check's tests on the CPU (Triton kernels through its interpreter, which
-# must be on before anything imports Triton) and the campaign tests (the rehearsal of
-# gpu/run.sh included): what would break on the image's versions breaks here, before a lease is
-# spent on it. Not part of `make test` (CI has no internet).
+# A twin of the lent GPU's Python, as the device tool lists its image: Python 3.12, torch 2.11.0,
+# lightning 2.6.6, torch-geometric 2.8.0.post1, torchmetrics 1.9.0, numpy 2.5.2, pytest,
+# networkx; no RDKit, ogb or jsonargparse. About 5 GB from PyPI (torch's CUDA build, which runs on
+# the CPU), outside the checkout. `make image-rehearsal` runs gpu/run.sh twice in it on the CPU
+# (gpu/rehearse.sh): the smoke check's tests, then the paper's table stopped by its time and
+# continued by the second call. Not part of `make test` (CI has no internet).
 TWIN ?= ../image-twin
 PYTHON312 ?= $(shell command -v python3.12)
 $(TWIN)/bin/python:
-	test -d gpu/bundle/wheels || $(MAKE) gpu-bundle
 	$(PYTHON312) -m venv $(TWIN)
 	$(TWIN)/bin/pip install -q torch==2.11.0 torch-geometric==2.8.0.post1 lightning==2.6.6 \
 		torchmetrics==1.9.0 numpy==2.5.2 pyyaml pytest networkx
-	$(TWIN)/bin/pip install -q --no-index --no-deps gpu/bundle/wheels/*.whl
 
 image-twin: $(TWIN)/bin/python
 
-image-rehearsal: venv image-twin
-	GRAPHORMER_SEPNORM_GPU_TESTS_DEVICE=cpu TRITON_INTERPRET=1 PYTHONPATH=$(CURDIR) \
-		$(TWIN)/bin/python -m pytest \
-		-q -m gpu tests/gpu -p no:cacheprovider
-	GRAPHORMER_SEPNORM_IMAGE_PYTHON=$(abspath $(TWIN))/bin/python $(BIN)/pytest -q tests/campaign
+image-rehearsal: image-twin $(if $(wildcard gpu/bundle/data),,gpu-bundle)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} bash gpu/rehearse.sh $(abspath $(TWIN))/bin/python \
+		$(abspath $(TWIN))/rehearsal
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -25,7 +25,14 @@ from graphormer_sepnorm.training.report import (
     print_summary,
     run_test_of_best,
 )
-from graphormer_sepnorm.training.resume import StepSeeding, find_last_checkpoint
+from graphormer_sepnorm.training.resume import (
+    LastAtEnd,
+    StepSeeding,
+    TimeLimitPerCall,
+    best_checkpoint,
+    find_last_checkpoint,
+    stopped_by_time,
+)
 
 
 class GraphormerCLI(LightningCLI):
@@ -51,7 +58,7 @@ class GraphormerCLI(LightningCLI):
                                  "data has a test split, and print its metrics in the summary")
 
     def fit(self, **kwargs: Any) -> None:
-        """``Trainer.fit``, then the summary block (also after Ctrl-C, without the test)."""
+        """``Trainer.fit``, then the summary block (without the test after Ctrl-C or max_time)."""
         started = time.perf_counter()
         try:
             self.trainer.fit(**kwargs)
@@ -59,8 +66,10 @@ class GraphormerCLI(LightningCLI):
             if self.trainer.state.status == TrainerStatus.INTERRUPTED:
                 self._summary(started, interrupted=True, test="not run (interrupted)")
             raise
-        test = None
-        if self.config[self.subcommand].get("test_best") and not self.trainer.fast_dev_run:
+        test: Any = None
+        if stopped_by_time(self.trainer):
+            test = "not run (stopped by max_time; continue with --ckpt_path last)"
+        elif self.config[self.subcommand].get("test_best") and not self.trainer.fast_dev_run:
             test = run_test_of_best(self.trainer, self.model, self.datamodule)
         self._summary(started, interrupted=False, test=test)
 
@@ -72,10 +81,13 @@ class GraphormerCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """Lightning's: the ``--ckpt_path`` file's model hyperparameters go into the config.
 
-        Here a checkpoint of the previous format (flat model hyperparameters) is read as the
+        ``last`` and ``best`` are first resolved (:func:`resolve_last`); a checkpoint of the
+        previous format (flat model hyperparameters) is read as the
         current one (:func:`~graphormer_sepnorm.training.checkpoint_format.upgrade_hparams`).
         """
         subcommand = self.config.get("subcommand")
+        if subcommand is not None:
+            resolve_last(self.config[subcommand], subcommand)
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
@@ -91,9 +103,8 @@ class GraphormerCLI(LightningCLI):
             raise
 
     def before_instantiate_classes(self) -> None:
-        """Resolves ``--ckpt_path last`` (see :func:`resolve_last`); checks the data file."""
+        """Checks the data file."""
         if self.subcommand is not None:
-            resolve_last(self.config[self.subcommand], self.subcommand)
             error = missing_data_file(self.config[self.subcommand])
             if error is not None:
                 print(f"graphormer-sepnorm {self.subcommand}: error: {error}", file=sys.stderr)
@@ -101,29 +112,35 @@ class GraphormerCLI(LightningCLI):
 
 
 def resolve_last(config: Namespace, subcommand: str) -> None:
-    """Makes ``--ckpt_path last`` find the newest ``last.ckpt`` of the logger's earlier runs.
+    """Makes ``--ckpt_path last`` (and ``best`` outside ``fit``) find the logger's earlier runs.
 
     Lightning looks for ``last.ckpt`` only in this run's checkpoint folder, a new logger version
     folder unless a version is given, so a resumed fit would silently start afresh. Here ``fit``
     continues in the version folder of the newest ``save_dir/name/*/checkpoints/last*.ckpt``
-    (logs and checkpoints carry on there); other subcommands get that file as ``ckpt_path``.
-    With an explicit logger version, or before any run has written a ``last.ckpt``, Lightning's
-    own lookup stands (``--ckpt_path last`` on a first run just starts training).
+    (logs and checkpoints carry on there). Other subcommands get that file as ``ckpt_path``, or
+    for ``best`` the best checkpoint it records (:func:`~.resume.best_checkpoint`), whatever
+    their own logger version. A fit with an explicit logger version, or before any run has
+    written a ``last.ckpt``, keeps Lightning's own lookup (``--ckpt_path last`` on a first run
+    just starts training).
     """
-    if config.get("ckpt_path") != "last":
+    wanted = config.get("ckpt_path")
+    if wanted not in ("last", "best") or (wanted == "best" and subcommand == "fit"):
         return
     init = getattr(config.get("trainer.logger"), "init_args", None)
-    if not isinstance(init, Namespace) or init.get("version") is not None:
+    if not isinstance(init, Namespace) or init.get("save_dir") is None:
         return
-    if init.get("save_dir") is None:
+    if subcommand == "fit" and init.get("version") is not None:
         return
     last = find_last_checkpoint(Path(init.save_dir) / (init.get("name") or ""))
     if last is None:
         return
     if subcommand == "fit":
         init.version = last.parent.parent.name
-    else:
+    elif wanted == "last":
         config.ckpt_path = str(last)
+    else:
+        best = best_checkpoint(last)
+        config.ckpt_path = wanted if best is None else str(best)
 
 
 def main(args: list[str] | None = None) -> GraphormerCLI:
@@ -157,8 +174,8 @@ def _cli(args: list[str], run: bool = True,
         # prints one line per epoch instead.
         trainer_defaults={"use_distributed_sampler": False,
                           "enable_progress_bar": sys.stdout.isatty(),
-                          "callbacks": [StepSeeding(), FitLog()] if callbacks is None
-                          else [StepSeeding(), *callbacks]},
+                          "callbacks": [StepSeeding(), TimeLimitPerCall(), LastAtEnd(), *(
+                              [FitLog()] if callbacks is None else callbacks)]},
         save_config_kwargs={"overwrite": True},
     )
 
@@ -166,21 +183,29 @@ def _cli(args: list[str], run: bool = True,
 def instantiate(args: list[str], callbacks: list[Callback]) -> GraphormerCLI:
     """Model, datamodule and trainer of ``args`` (no subcommand), nothing run.
 
-    What the campaign runner fits and tests with: the configs and links of the CLI, with
-    ``callbacks`` (beside the per-step dropout seeding) instead of the per-epoch log.
+    What benchmarks fit and test with: the configs and links of the CLI, with ``callbacks``
+    (beside the per-step dropout seeding) instead of the per-epoch log.
     """
     with warnings.catch_warnings():  # args are given on purpose, whatever sys.argv holds
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         return _cli(list(args), run=False, callbacks=callbacks)
 
 
+#: Exit status of a ``fit`` that ``--trainer.max_time`` stopped: ``--ckpt_path last`` continues it.
+EXIT_UNFINISHED = 3
+
+
 def run() -> None:
     """Console entry point ``graphormer-sepnorm``: exits 0 after a successful run.
 
+    A ``fit`` stopped by ``--trainer.max_time`` before its end exits with
+    :data:`EXIT_UNFINISHED`, so that a job script can tell it from a finished one.
     (:func:`main` returns the CLI object for programmatic use; a console script must not, since
     ``sys.exit(obj)`` prints it and exits with status 1.)
     """
-    main()
+    cli = main()
+    if getattr(cli, "subcommand", None) == "fit" and stopped_by_time(cli.trainer):
+        sys.exit(EXIT_UNFINISHED)
 
 
 if __name__ == "__main__":

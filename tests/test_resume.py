@@ -179,6 +179,16 @@ def test_ckpt_path_last_without_any_run_starts_afresh_and_test_gets_the_file(tmp
     config.ckpt_path = "last"
     resolve_last(config, "fit")
     assert init.version == "version_3" and config.ckpt_path == "last"
+    # `best` outside fit: the best checkpoint the monitoring callback recorded in last.ckpt
+    torch.save({"callbacks": {"ModelCheckpoint{'monitor': None}": {"monitor": None},
+                              "ModelCheckpoint{'monitor': 'val/mae'}": {
+                                  "monitor": "val/mae", "best_model_path": "b/best.ckpt"}}}, last)
+    config.ckpt_path, init.version = "best", "test"
+    resolve_last(config, "test")
+    assert config.ckpt_path == "b/best.ckpt"
+    config.ckpt_path = "best"
+    resolve_last(config, "fit")  # fit has no best to start from: Lightning's error stands
+    assert config.ckpt_path == "best"
 
 
 class SaveEveryStep(Callback):

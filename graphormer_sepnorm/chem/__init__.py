@@ -9,7 +9,7 @@
   it is large;
 - :mod:`~graphormer_sepnorm.chem.layout`: those features' widths and columns, without RDKit.
 
-Only the datamodules, prediction and the notebooks' helpers import it; the model, training, the
-batches and the campaign never do (``lint-imports``). Nothing is imported here, so that
+Only the datamodules, prediction and the notebooks' helpers import it; the model, training and
+the batches never do (``lint-imports``). Nothing is imported here, so that
 :mod:`~graphormer_sepnorm.chem.layout` loads where RDKit is absent.
 """

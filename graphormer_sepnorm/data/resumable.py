@@ -6,7 +6,7 @@ middle of an epoch, and asks the training iterable for its own position (the ``s
 epoch's batches from its start: close to the uninterrupted run, not the same. Here the epoch's
 batches are a pure function of (seed, epoch), so the position is just (epoch, batches done) and
 a resumed fit skips the batches it already trained on, then goes on as the uninterrupted fit
-would (``tests/data/test_resumable.py``, ``tests/campaign/``).
+would (``tests/data/test_resumable.py``, ``tests/test_resume.py``, ``tests/test_time_limit.py``).
 
 The count of batches done comes from the trainer's progress, not from counting what the
 iterable handed out: Lightning fetches a batch ahead of the one it trains on.

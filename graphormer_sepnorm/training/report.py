@@ -19,6 +19,8 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import EarlyStopping
 
+from graphormer_sepnorm.training.resume import stopped_by_time
+
 ORDER = ("mae", "rmse", "r2", "roc_auc", "pr_auc", "ece", "loss")
 
 
@@ -43,11 +45,23 @@ class FitLog(Callback):
     """One line per training epoch on stdout when there is no progress bar; metrics in checkpoints.
 
     Every checkpoint gets ``checkpoint['metrics']``: the metrics logged so far (plain floats), so
-    that the best checkpoint's validation metrics can be read back from it.
+    that the best checkpoint's validation metrics can be read back from it, and
+    ``checkpoint['fit_seconds']``: the wall time of the fit so far, the earlier calls of a
+    resumed fit included.
     """
 
     def __init__(self) -> None:
-        self._started = time.perf_counter()
+        self._started = self._fit_started = time.perf_counter()
+        self._fit_before = 0.0
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """Starts the fit's clock."""
+        self._fit_started, self._fit_before = time.perf_counter(), 0.0
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """A resumed fit counts on from the seconds its checkpoint recorded."""
+        self._fit_before = float(checkpoint.get("fit_seconds", 0.0))
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Starts the epoch's clock."""
@@ -64,8 +78,9 @@ class FitLog(Callback):
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule,
                            checkpoint: dict[str, Any]) -> None:
-        """Stores the metrics logged so far in the checkpoint."""
+        """Stores the metrics logged so far and the fit's seconds in the checkpoint."""
         checkpoint["metrics"] = scalar_metrics(trainer.callback_metrics)
+        checkpoint["fit_seconds"] = self._fit_before + time.perf_counter() - self._fit_started
 
 
 def _duration(seconds: float) -> str:
@@ -77,6 +92,8 @@ def _duration(seconds: float) -> str:
 def _how_it_ended(trainer: Trainer, interrupted: bool) -> str:
     if interrupted:
         return "interrupted"
+    if stopped_by_time(trainer):
+        return "stopped by max_time (unfinished)"
     stopper = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping)), None)
     if stopper is not None and stopper.stopped_epoch > 0:
         return f"stopped early at epoch {stopper.stopped_epoch + 1}"
@@ -89,10 +106,20 @@ def _run_folder(trainer: Trainer) -> str:
     return str(folder or trainer.default_root_dir)
 
 
+def last_checkpoint(trainer: Trainer) -> str | None:
+    """The newest ``last*.ckpt`` in the folders of the fit's checkpoint callbacks, if any.
+
+    The configs write ``last.ckpt`` through callbacks of their own, not ``save_last``.
+    """
+    folders = {c.dirpath for c in trainer.checkpoint_callbacks if getattr(c, "dirpath", None)}
+    found = [p for folder in folders for p in Path(folder).glob("last*.ckpt") if p.is_file()]
+    return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+
+
 def _checkpoint_lines(trainer: Trainer) -> list[str]:
     callback = trainer.checkpoint_callback
     best = getattr(callback, "best_model_path", "") or ""
-    last = getattr(callback, "last_model_path", "") or ""
+    last = last_checkpoint(trainer) or ""
     lines = []
     if best and Path(best).is_file():
         ckpt = torch.load(best, map_location="cpu", weights_only=True, mmap=True)

@@ -1,4 +1,4 @@
-"""Exact resumption: dropout seeds that follow the step count, ``--ckpt_path last`` lookup."""
+"""Resumption: per-step dropout seeds, ``--ckpt_path last`` lookup, ``max_time`` per call."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, Timer
 
 
 class StepSeeding(Callback):
@@ -56,6 +56,72 @@ class StepSeeding(Callback):
         self.seed = state_dict.get("seed", self.seed)
 
 
+class TimeLimitPerCall(Callback):
+    """Makes ``Trainer(max_time=...)`` limit each call of a fit, not its total over resumes.
+
+    Lightning's Timer saves the training time spent into checkpoints and counts on from it when
+    a fit resumes, so a fit stopped by ``--trainer.max_time`` and resumed with the same command
+    and ``--ckpt_path last`` stops again before its first step (``tests/test_time_limit.py``).
+    Here the Timer's saved time is left unread: each call trains for up to ``max_time``, as a
+    scheduler's job with a wall-clock limit needs.
+    """
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Drops the Timer's state from ``checkpoint`` before the callbacks load theirs."""
+        callbacks = checkpoint.get("callbacks") or {}
+        for key in [k for k in callbacks if str(k) == Timer.__qualname__]:
+            del callbacks[key]
+
+
+class LastAtEnd(Callback):
+    """Writes ``last.ckpt`` when a fit ends after the last one a checkpoint callback wrote.
+
+    The configs write ``last.ckpt`` after each validation and every few minutes (two
+    ``ModelCheckpoint`` callbacks), so a fit whose last steps follow its last validation ended
+    with an older ``last.ckpt``, or none (a 2-step MolHIV fit, validated once an epoch). Here the
+    final weights are saved there too, into the first checkpoint callback's folder. Not after
+    ``max_time``: that stop's validation saved it, mid-epoch, resumable; now the epoch would be
+    marked done.
+    """
+
+    def __init__(self) -> None:
+        self._saved_step = -1
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        """Notes the step of the latest checkpoint."""
+        self._saved_step = trainer.global_step
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Saves ``last.ckpt`` unless the latest checkpoint is of this step."""
+        callback = trainer.checkpoint_callback
+        folder = getattr(callback, "dirpath", None)
+        if folder is None or self._saved_step == trainer.global_step or trainer.global_step == 0 \
+                or stopped_by_time(trainer) or trainer.fast_dev_run:
+            return
+        trainer.save_checkpoint(Path(folder) / "last.ckpt")
+
+
+def stopped_by_time(trainer: pl.Trainer) -> bool:
+    """Whether ``max_time`` ended the fit before its steps or epochs did.
+
+    Such a fit continues with ``--ckpt_path last``; ``max_time`` is Lightning's
+    :class:`~lightning.pytorch.callbacks.Timer`.
+    """
+    timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
+    left = None if timer is None else timer.time_remaining()
+    if left is None or left > 0:
+        return False
+    steps_done = trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps
+    # a stopped epoch counts as done too: the last one also ran all its batches
+    epochs = trainer.fit_loop.max_epochs
+    batches = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+    epochs_done = epochs not in (None, -1) and trainer.current_epoch >= epochs \
+        and batches >= trainer.num_training_batches
+    return not (steps_done or epochs_done)
+
+
 def find_last_checkpoint(root: str | Path) -> Path | None:
     """The most recently written ``last*.ckpt`` in ``root/*/checkpoints``, or ``None``.
 
@@ -63,3 +129,25 @@ def find_last_checkpoint(root: str | Path) -> Path | None:
     """
     candidates = [p for p in Path(root).glob("*/checkpoints/last*.ckpt") if p.is_file()]
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
+
+
+def monitor_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved state of the fit's monitoring ``ModelCheckpoint`` (monitor, best score and file).
+
+    The one with a ``monitor`` among the checkpoint's callback states; ``None`` if none.
+    """
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if str(key).startswith("ModelCheckpoint") and state.get("monitor"):
+            return state
+    return None
+
+
+def best_checkpoint(checkpoint: str | Path) -> Path | None:
+    """The best checkpoint that a fit's monitoring ``ModelCheckpoint`` recorded in ``checkpoint``.
+
+    Read from the callback's saved state (``best_model_path``), so a new process finds the best
+    checkpoint of an earlier fit from its ``last.ckpt``; ``None`` if none was recorded.
+    """
+    state = monitor_state(torch.load(checkpoint, map_location="cpu", weights_only=True,
+                                     mmap=True))
+    return Path(state["best_model_path"]) if state and state.get("best_model_path") else None

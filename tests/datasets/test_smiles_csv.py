@@ -356,7 +356,8 @@ def test_cli_fit_with_molecule_features_then_predict_from_the_checkpoint(tmp_pat
     assert [g["initial_lr"] for g in groups] == [2e-4, 1e-3]
     head = cli.model.model.head
     assert {id(p) for p in groups[1]["params"]} == {id(p) for p in head.parameters()}
-    module, blend = load_with_blend(cli.trainer.checkpoint_callback.last_model_path)
+    last = Path(cli.trainer.checkpoint_callback.dirpath) / "last.ckpt"
+    module, blend = load_with_blend(str(last))
     assert module.dataset_info["featurizer"]["mol_features"] == ["rdkit2d", "morgan"]
     test = cli.datamodule.splits["test"]
     smiles = [SMILES[int(g.y[0, 0])] for g in test]
@@ -382,8 +383,8 @@ def test_a_resumed_fit_keeps_the_gp_it_saved(tmp_path, monkeypatch, capsys):
     first = fit_small(tmp_path, *version, "--trainer.max_epochs", "1")
     assert "fingerprint GP fitted on" in capsys.readouterr().out
     saved = gp_of(first).state_dict()
-    again = fit_small(tmp_path, *version, "--trainer.max_epochs", "2",
-                      "--ckpt_path", first.trainer.checkpoint_callback.last_model_path)
+    last = Path(first.trainer.checkpoint_callback.dirpath) / "last.ckpt"
+    again = fit_small(tmp_path, *version, "--trainer.max_epochs", "2", "--ckpt_path", str(last))
     assert again.trainer.current_epoch == 2
     assert "fingerprint GP fitted on" not in capsys.readouterr().out
     for name, value in gp_of(again).state_dict().items():
@@ -419,7 +420,7 @@ def test_fit_chooses_checkpoints_on_the_network_and_validate_scores_the_blend(tm
     assert metrics["val/mae_blend"].item() == pytest.approx((blended - y).abs().mean().item(),
                                                             rel=1e-5)
     # validate from the checkpoint alone (no config): both again, one meaning each
-    checkpoint = fit.trainer.checkpoint_callback.last_model_path
+    checkpoint = str(Path(fit.trainer.checkpoint_callback.dirpath) / "last.ckpt")
     again = main(["validate", "--ckpt_path", checkpoint,
                   "--trainer.default_root_dir", str(tmp_path)]).trainer.callback_metrics
     assert again["val/mae"].item() == pytest.approx(metrics["val/mae"].item(), rel=1e-5)
