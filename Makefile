@@ -14,11 +14,11 @@ CLI := $(BIN)/graphormer-sepnorm
 DEMO_ARGS := --config configs/molhiv.yaml --config configs/presets/cpu_10min.yaml \
 	--trainer.logger.init_args.name demo --trainer.enable_progress_bar false
 
-.PHONY: venv test lint demo mirror bench clean gpu-bundle image-twin image-rehearsal
+.PHONY: venv test lint docs demo mirror bench clean gpu-bundle image-twin image-rehearsal
 
 $(BIN)/activate: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,docs]'
 	touch $(BIN)/activate
 
 venv: $(BIN)/activate
@@ -27,12 +27,17 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 
+# The documentation site (docs/): offline, every warning an error, every cross-reference and link
+# between pages checked (-n); about half a minute.
+docs: venv
+	$(BIN)/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
+
 # The notebooks read MolHIV and ZINC-subset from the data root, through the mirror when set.
 LOCAL_MIRROR := $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mirror)
 
 # The CPU wing's C kernels must build here (gcc and AVX2): tests/nn/cpu/test_native_build.py
 # fails otherwise, so the tests run them instead of the plain torch fallback.
-test: lint $(LOCAL_MIRROR)
+test: lint docs $(LOCAL_MIRROR)
 	OMP_NUM_THREADS=2 $(BIN)/pytest -q tests --nbmake notebooks
 
 # Copies MolHIV into mirror/ and writes PyG's ZINC raw files there (about 2.5 minutes), once.
@@ -61,7 +66,7 @@ demo: venv $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)),mir
 
 # What a lent GPU machine lacks, into gpu/bundle/ (git-ignored; carried with the tree): the
 # wheels of jsonargparse & co. for Python 3.12 and the prepared splits of MolHIV, ZINC-subset and
-# ZINC (about 3.5 minutes with the mirror; 15 MB). gpu/run.sh uses it; see docs/drafts/scaling_out.md.
+# ZINC (about 3.5 minutes with the mirror; 15 MB). gpu/run.sh uses it; see docs/tutorials/scaling_out.md.
 gpu-bundle: venv $(if $(LOCAL_MIRROR),mirror)
 	bash gpu/bundle.sh $(BIN)/python
 

@@ -12,7 +12,7 @@ from pathlib import Path
 __all__ = ["BUNDLED_CHECKPOINTS", "DEFAULT_CHECKPOINT", "CheckpointError",
            "bundled_checkpoint_path", "resolve_checkpoint"]
 
-#: Checkpoints shipped inside the package, by name: ``graphormer_sepnorm/checkpoints/<name>.ckpt``.
+#: Checkpoints shipped inside the package, by name (``graphormer_sepnorm/checkpoints/<name>.ckpt``).
 BUNDLED_CHECKPOINTS: dict[str, str] = {
     "molhiv": "molhiv.ckpt",  # ogbg-molhiv, binary: hiv_active_probability
     "zinc": "zinc.ckpt",  # ZINC-subset, regression: penalized_logp

@@ -114,7 +114,7 @@ class Featurizer(ABC):
         return self.arrays(smiles).to_data()
 
     def arrays(self, smiles: str) -> GraphArrays:
-        """The graph of one SMILES as numpy arrays; raises as :meth:`__call__`."""
+        """The graph of one SMILES as numpy arrays; raises as calling the featurizer does."""
         mol = parse_smiles(smiles)
         n = mol.GetNumAtoms()
         if self.max_atoms is not None and n > self.max_atoms:

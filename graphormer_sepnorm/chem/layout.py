@@ -21,7 +21,7 @@ __all__ = ["DESCRIPTOR_FEATURES", "MORGAN_BITS", "REMOVED_FEATURES", "SPEC_PATH"
 SPEC_PATH = Path(__file__).with_name("rdkit2d_descriptors.json")
 #: Width of the folded Morgan counts (``morgan``).
 MORGAN_BITS = 2048
-#: The descriptor features: ``rdkit2d``, all the descriptors of the spec.
+#: Names of the descriptor features (``rdkit2d``, all the descriptors of the spec).
 DESCRIPTOR_FEATURES = ("rdkit2d",)
 #: Subsets of ``rdkit2d`` that earlier versions offered only to featurize faster, and how many
 #: descriptors each kept; a model fitted on one needs the version it was fitted with.

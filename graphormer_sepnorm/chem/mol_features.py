@@ -199,6 +199,7 @@ class MorganCounts(MolFeatures):
         return np.log1p(counts.astype(np.float32))
 
 
+#: The molecule features by registry name (``mol_features`` in a featurizer config).
 MOL_FEATURES: dict[str, type[MolFeatures]] = {"rdkit2d": RDKit2D, "morgan": MorganCounts}
 
 

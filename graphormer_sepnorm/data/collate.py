@@ -40,7 +40,7 @@ class GraphormerBatch:
         hop_edge: ``[M]`` long: the edge taken at that hop (row of ``edge_attr``).
         y: ``[B, num_tasks]`` float targets, or ``None``.
         mol_x: ``[B, F_mol]`` float molecule features the head reads beside the graph token
-            (:mod:`~graphormer_sepnorm.chem.mol_features`), or ``None``.
+            (``graphormer_sepnorm.chem.mol_features``), or ``None``.
         hop_counts: the hop lists' layout when it is hop-major with nested pair prefixes, as
             the collator builds it: ``hop_counts[k]`` hops have hop index ``k``, they come after
             those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.

@@ -37,7 +37,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
 
     @property
     def sampler(self) -> ResumableBatchSampler:
-        """Itself: Lightning sets the epoch of ``loader.batch_sampler.sampler`` each epoch.
+        """This sampler itself, whose epoch Lightning sets as ``loader.batch_sampler.sampler``'s.
 
         A ``DataLoader`` given a batch sampler exposes it only there (``loader.sampler`` is
         then a plain sequential sampler), so without this Lightning never set the epoch of a

@@ -33,7 +33,7 @@ def make_dataset_info(name: str, task: str, target_names: Sequence[str],
         name: the dataset's name.
         task: ``'regression'`` or ``'binary'``.
         target_names: one name per output.
-        featurizer: a :class:`~graphormer_sepnorm.chem.featurizers.Featurizer`.
+        featurizer: a featurizer (``graphormer_sepnorm.chem.featurizers.Featurizer``).
     """
     info = {"name": name, "task": task, "target_names": list(target_names),
             "atom_feature_dims": list(featurizer.atom_feature_dims),

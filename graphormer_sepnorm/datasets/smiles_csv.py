@@ -158,7 +158,7 @@ def scaffold_split(scaffolds: Sequence[str], sizes: Sequence[float],
     activity, compound id, date), and file order would send the last rows' scaffolds to test
     (a set sorted by potency got a test split 2 pKi units more potent than its validation one).
     ``seed=None`` keeps file order for ties, as OGB's and chemprop's ``balanced=False`` split
-    (and this function until 2026-11-27) do.
+    (and this package's first versions) do.
 
     Returns:
         Row indices of train, val and test.
@@ -234,8 +234,8 @@ class SmilesCSVDataModule(GraphDataModule):
         split_sizes: train, val, test shares for scaffold and random splits (sum 1).
         split_seed: seed of the random split and of the scaffold split's ties. Default: 0.
         scaffold_ties: ``'hashed'`` (by ``split_seed``) or ``'file_order'``: OGB's and
-            chemprop's deterministic split, and this package's until 2026-11-27; checkpoints
-            saved before then record no ``scaffold_ties`` and are read back with it
+            chemprop's deterministic split, and this package's first one; checkpoints
+            saved with that split record no ``scaffold_ties`` and are read back with it
             (:func:`~graphormer_sepnorm.training.from_checkpoint.checkpoint_data`), so their
             test split is the one they were fit beside. Default: ``'hashed'``.
         on_invalid: ``'error'`` or ``'skip'`` rows with a SMILES that cannot be featurized.

@@ -28,7 +28,7 @@ __all__ = ["DEVIATIONS", "KIND", "BlendedModel"]
 
 #: ``checkpoint['ensemble']['kind']`` of a fingerprint-GP blend.
 KIND = "fingerprint_gp"
-#: What a blend's raw deviation is: the GP's alone (checkpoints calibrated before the
+#: The kinds of a blend's raw deviation, the GP's alone (checkpoints calibrated before the
 #: members' spread was added), or with the spread of its two members (the default).
 DEVIATIONS = ("gp", "gp+members")
 

@@ -26,7 +26,7 @@ from torch import Tensor
 __all__ = ["Z90", "conformal_scale", "coverage", "gaussian_nll", "spearman",
            "std_error_spearman"]
 
-#: The standard normal's 95% quantile: a Gaussian's 90% central interval is mean ± Z90 * std.
+#: The standard normal's 95% quantile; a Gaussian's 90% central interval is mean ± Z90 * std.
 Z90 = 1.6448536269514722
 
 

@@ -56,7 +56,7 @@ def log_count_tanimoto(a: Tensor, b: Tensor) -> Tensor:
     ``w_k = log1p(k) - log1p(k - 1)``: the sum of the minima is ``sum_k w_k [a >= k] . [b >= k]``,
     one 0/1 matrix product per count level ``k``, over the bits where both sides reach it
     (level 1 holds most of them; few bits count more than 3). Values are those of the counts
-    the inputs round to (see :func:`_counts`), in float64 for float64 inputs, else float32.
+    the inputs round to (see ``_counts``), in float64 for float64 inputs, else float32.
     """
     count_a, count_b = _counts(a), _counts(b)
     dtype = torch.float64 if a.dtype == torch.float64 else torch.float32

@@ -5,8 +5,8 @@ real (the atoms, the pairs of each graph, the hops of each path), so its shapes 
 batch. A :class:`GridBatch` holds every position of the padded ``[B, N]`` grid and every pair
 of ``[B, N, N]``, and ``S`` hop slots per pair, so that a compiled step (or a CUDA graph) is
 built once per shape. It implements the three layout methods the model reads
-(:meth:`atom_grid`, :meth:`with_pairs`, :meth:`hop_sums`), so the reference model computes
-the same function from either batch of the same graphs.
+(:meth:`GridBatch.atom_grid`, :meth:`GridBatch.with_pairs`, :meth:`GridBatch.hop_sums`), so the
+reference model computes the same function from either batch of the same graphs.
 """
 
 from __future__ import annotations

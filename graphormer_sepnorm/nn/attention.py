@@ -25,7 +25,7 @@ class BiasedMultiheadAttention(nn.Module):
     ``-inf`` on padded keys. It is computed by ``F.scaled_dot_product_attention`` when
     :attr:`fused` (the default), else explicitly; explicitly always with ``need_weights``, to
     return the probabilities (e.g. to plot the graph token's attention). A device wing may
-    compute it instead (:attr:`fast_attend`, set by
+    compute it instead (``fast_attend``, set by
     :func:`~graphormer_sepnorm.nn.backends.set_backend`).
 
     Args:

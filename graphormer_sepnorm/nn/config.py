@@ -45,7 +45,7 @@ class GraphormerConfig:
         sync_batch_norm: under DDP, the graph token's BatchNorm uses the global batch's
             statistics (as ``SyncBatchNorm``). Default: true.
         mol_feature_dim: length of the molecule features the head reads beside the graph
-            token (``batch.mol_x``; :mod:`~graphormer_sepnorm.chem.mol_features`), usually filled in
+            token (``batch.mol_x``; ``graphormer_sepnorm.chem.mol_features``), usually filled in
             from the featurizer. Default: 0 (none).
         head_hidden_dim: 0 for Graphormer's linear head (default); else the width of a
             one-hidden-layer MLP head (dropout, linear, ReLU, dropout, linear), which small

@@ -120,7 +120,7 @@ class Graphormer(nn.Module):
             graph_token_only: skip the last layer's work on atoms, whose outputs reach nothing
                 but the atom embeddings themselves; tokens are then ``[B, 1, D]``.
 
-        Without ``need_weights`` a device wing may run it (:attr:`fast_encode`, see
+        Without ``need_weights`` a device wing may run it (``fast_encode``, see
         :func:`~graphormer_sepnorm.nn.backends.set_backend`).
 
         Returns:

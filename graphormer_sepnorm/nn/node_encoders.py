@@ -14,7 +14,7 @@ class FeatureEmbedding(nn.Module):
 
     Column ``f`` takes values ``0 .. feature_dims[f] - 1``; all columns share one table with
     per-column offsets, reduced with ``mode`` by one ``embedding_bag`` (gathers under ``vmap``:
-    :attr:`gather_sums`, as ``embedding_bag`` has no batching rule; and when traced).
+    ``gather_sums``, as ``embedding_bag`` has no batching rule; and when traced).
 
     Args:
         feature_dims: number of values of each column, e.g. ``[28]`` for ZINC atom types or

@@ -68,7 +68,8 @@ class Predictor:
     """Runs a :class:`GraphormerModule` on SMILES.
 
     Args:
-        module: The loaded model (see :func:`load_checkpoint`); put in eval mode.
+        module: The loaded model (see
+            :func:`~graphormer_sepnorm.prediction.checkpoints.load_checkpoint`); put in eval mode.
         batch_size: Molecules per model batch. Default: 256.
         device: Where the model runs; default: where its parameters are.
         num_workers: Featurization processes; 0 featurizes in this process. Default: 0.

@@ -1,7 +1,7 @@
 """AdamW for packed replicas: each replica's gradient clipped by its own norm, in one step.
 
 Packed replicas keep all their parameters in one ``[R, N]`` tensor
-(:attr:`~graphormer_sepnorm.training.packed.PackedReplicas.flat`). Clipping each replica's
+(``PackedReplicas.flat``). Clipping each replica's
 gradient to its own norm is then one reduction over ``N`` and AdamW one elementwise pass, for
 any number of replicas and parameter tensors: :func:`adamw_step_` does both, and
 :class:`FlatAdamW` runs it, compiled with the model's ``torch.compile`` mode when there is one
@@ -141,7 +141,7 @@ class FlatAdamW(torch.optim.Optimizer):
     def _decay_mask(self, group: dict[str, Any], param: Tensor) -> Tensor | None:
         """The group's ``decay_mask`` on ``param``'s device (moved once, kept in the group).
 
-        A mask left on the CPU beside CUDA parameters failed the step on a GPU (2026-11-27).
+        The step indexes parameters with it, so it must live on their device.
         """
         mask = group.get("decay_mask")
         if mask is None:

@@ -163,7 +163,7 @@ class GraphormerModule(LightningModule):
 
     @property
     def dataset_info(self) -> dict[str, Any]:
-        """What the model was trained on: task, target names, feature dims, featurizer."""
+        """The data the model was trained on (task, target names, feature dims, featurizer)."""
         return dict(self.hparams["dataset_info"])
 
     @classmethod

@@ -8,7 +8,7 @@ draws and batches; AdamW is elementwise, so one AdamW over the stacked parameter
 replica exactly as its own AdamW would, and :func:`clip_grad_norm_per_replica` clips each
 replica's gradient by its own norm, as ``clip_grad_norm_`` would in a single run.
 
-All parameters live in one ``[R, N]`` tensor, :attr:`PackedReplicas.flat`, split into the
+All parameters live in one ``[R, N]`` tensor, ``PackedReplicas.flat``, split into the
 model's tensors at each forward: the gradient is then one ``[R, N]`` tensor too, so clipping
 and AdamW are one reduction and one elementwise pass for all replicas and parameters
 (:class:`~graphormer_sepnorm.training.flat_adamw.FlatAdamW`) instead of a few kernels per
@@ -143,7 +143,7 @@ class PackedReplicas(nn.Module):
 
         Under ``vmap`` a linear layer is a product and a bias addition, and autocast reaches
         only the product: a float32 bias made every layer's output float32. So the parameters
-        are cast once, as one block of :attr:`flat`, except those of the norms that compute
+        are cast once, as one block of ``flat``, except those of the norms that compute
         their statistics in float32 (the graph token's BatchNorm), which come last.
         """
         device = self.flat.device.type
@@ -156,7 +156,7 @@ class PackedReplicas(nn.Module):
                 **_views(high, self.names[count:], self.shapes[count:], self.sizes[count:])}
 
     def parameter_views(self) -> dict[str, Tensor]:
-        """Each parameter as a ``[R, ...]`` view of :attr:`flat`.
+        """Each parameter as a ``[R, ...]`` view of ``flat``.
 
         One ``split``, whose gradient is one ``cat`` into ``flat.grad``.
         """
@@ -222,7 +222,7 @@ def _views(flat: Tensor, names: list[str], shapes: list[torch.Size],
 
 
 def _trained_mask(model: Graphormer, names: list[str], sizes: list[int]) -> Tensor:
-    """``[N]``: 1 for the elements of :attr:`~PackedReplicas.flat` that ``forward`` trains.
+    """``[N]``: 1 for the elements of ``flat`` that ``forward`` trains.
 
     A single run's AdamW skips a parameter without gradient (the last layer's atom norms:
     ``forward`` reads the graph token only), weight decay included. Packed, such a parameter

@@ -4,8 +4,8 @@ It plugs into the reference :class:`~graphormer_sepnorm.nn.model.Graphormer` thr
 :func:`graphormer_sepnorm.nn.backends.set_backend` and runs the same modules and parameters
 (a checkpoint trained with either runs on the other); the reference never imports it.
 :func:`encode_if_applicable` is the ``'auto'`` backend, :func:`encode_or_raise` the ``'cpu'``
-one. How it computes the same function faster: :mod:`.encoder`; figures in
-``benchmarks/README.md``.
+one. How it computes the same function faster: :mod:`.encoder`; what it buys: the results page
+``docs/results/cpu_training_speed.md``.
 """
 
 from __future__ import annotations

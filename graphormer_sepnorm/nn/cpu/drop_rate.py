@@ -8,7 +8,7 @@ inverse keep rate of that rounded probability, so expectations are preserved.
 from __future__ import annotations
 
 LEVELS = 1 << 16
-"""The resolution: drop probabilities are multiples of ``1 / LEVELS``."""
+"""The resolution of drop rates; drop probabilities are multiples of ``1 / LEVELS``."""
 
 
 def drop_levels(p: float) -> int:

@@ -11,7 +11,8 @@ model's own modules and parameters, computing the same function differently:
   the fused C kernel (:mod:`.native.fused_attention`) in float32, the head-major torch blocks
   (:mod:`.head_major`) otherwise.
 - **SepNorm** as one autograd node (:mod:`.fused_sepnorm`), hop sums block by block
-  (:mod:`.hops`), dropout masks from cheap generators (:mod:`.dropout`).
+  (:mod:`~graphormer_sepnorm.nn.cpu.hops`), dropout masks from cheap generators
+  (:mod:`~graphormer_sepnorm.nn.cpu.dropout`).
 
 Outputs, gradients and BatchNorm statistics equal the reference's up to float rounding
 (``tests/nn/test_backends.py``); dropout draws differ.

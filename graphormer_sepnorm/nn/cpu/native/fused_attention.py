@@ -8,7 +8,7 @@ The C kernel does the whole thing per (head, graph) pair and per 8 queries, with
 L1, and draws the dropout mask from a hash of each score's index instead of storing it. It is
 about twice as fast in forward, and keeps only the probabilities, the dropout mask in their
 sign bits (or, above :data:`RECOMPUTE_ABOVE` scores,
-nothing), for backward (``benchmarks/README.md`` has the figures). All size groups of a batch
+nothing), for backward (figures: ``docs/results/cpu_training_speed.md``). All size groups of a batch
 (:mod:`~graphormer_sepnorm.nn.cpu.size_groups`) go through one call and one autograd node, each
 group with its own dropout seed (:func:`group_seed`).
 

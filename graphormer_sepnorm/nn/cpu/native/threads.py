@@ -1,6 +1,6 @@
 """Runs a C kernel over slices of its work on ``torch.get_num_threads()`` threads.
 
-ctypes releases the GIL while a foreign function runs, so plain Python threads run the slices
+ctypes drops the GIL while a foreign function runs, so plain Python threads run the slices
 in parallel; the kernels themselves stay single-threaded and index their work absolutely, so
 their results (dropout masks included) do not depend on the split.
 """
