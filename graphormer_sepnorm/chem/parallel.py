@@ -2,8 +2,9 @@
 
 RDKit's descriptors are most of a molecule's featurization and hold the GIL, so the speed comes
 from processes, as chemprop's does: :func:`featurize_set` splits a large set between worker
-processes (started with ``spawn``, each rebuilding the featurizer from its config, as prediction's workers
-do) and gives the same graphs, in the same order, as :func:`featurize_many` in this process.
+processes (started with ``spawn``, each rebuilding the featurizer from its config, as
+prediction's workers do) and gives the same graphs, in the same order, as
+:func:`featurize_many` in this process.
 A set of fewer than :data:`MIN_ROWS_FOR_WORKERS` rows, or a featurizer without descriptors
 (a fraction of a millisecond a molecule), stays in this process: a worker takes seconds to
 start (it imports the package: torch, PyG, RDKit, ogb), what featurizing several hundred
