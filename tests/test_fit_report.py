@@ -5,10 +5,9 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from tiny_data import SMILES
+from tiny_data import own_csv
 
 from graphormer_sepnorm.cli import main
 from graphormer_sepnorm.training.module import GraphormerModule
@@ -18,19 +17,6 @@ TINY = ["--model.init_from", "none", "--model.config.num_layers", "2",
         "--model.config.hidden_dim", "16", "--model.config.ffn_dim", "16",
         "--model.config.num_heads", "4", "--data.batch_size", "16",
         "--trainer.enable_model_summary", "false"]
-
-
-def own_csv(path: Path, rows: int = 200, labels: tuple[str, ...] = ("train",) * 8 + ("val",
-            "test")) -> Path:
-    """``smiles,logS,split``: a numeric target a little related to the SMILES' length."""
-    gen = np.random.default_rng(0)
-    lines = ["smiles,logS,split"]
-    for k in range(rows):
-        smiles = SMILES[k % len(SMILES)]
-        lines.append(f"{smiles},{len(smiles) / 10 + gen.normal(0, 0.3):.3f},"
-                     f"{labels[k % len(labels)]}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @pytest.fixture(autouse=True)
