@@ -2,7 +2,8 @@
 
 - The reference model (``nn/`` outside the device wings ``nn/cpu/`` and ``nn/cuda/``) never
   branches on the device type: speed plugs in through ``set_backend``. Outside ``nn/`` only
-  the device plumbing in :data:`PLUMBING` does, and none of it changes what is computed.
+  the device plumbing in :data:`PLUMBING` does, none of it changing a result beyond
+  floating-point rounding.
 - The environment is read for paths and thread counts only; every switch of the computation is
   configuration (saved with the checkpoint).
 """

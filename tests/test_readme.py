@@ -10,6 +10,7 @@ these substitutions, appended (the last value of a key wins) or named in :func:`
   ``tests/test_experiment.py``'s packed grid) and DDP runs two CPU processes on one node;
 - ``srun`` is left out (Lightning reads SLURM's environment, which a test has not got), and
   ``sbatch FILE`` checks the script instead of submitting it;
+- a ``*`` in an argument is expanded in the workspace, as the shell would;
 - ``make TARGET`` is ``make -n TARGET`` (``make test`` is what runs this file), and the install
   block must be the Makefile's recipe, which CI runs on a fresh clone.
 """
@@ -48,7 +49,9 @@ SECTIONS = {"Install": "test_install_and_make", "Train on": "test_train",
 def sections() -> dict[str, list[list[str]]]:
     """The README's shell commands, as argument lists, by the heading of their section."""
     found: dict[str, list[list[str]]] = {}
-    for part in re.split(r"^## ", README.read_text(), flags=re.M)[1:]:
+    text = README.read_text()
+    assert not re.findall(r"^```(?:sh|shell|console|bash\S+)\n", text, re.M)  # all ```bash
+    for part in re.split(r"^## ", text, flags=re.M)[1:]:
         heading = part.splitlines()[0]
         for block in re.findall(r"```bash\n(.*?)```", part, re.S):
             for line in block.replace("\\\n", " ").splitlines():
@@ -58,6 +61,7 @@ def sections() -> dict[str, list[list[str]]]:
 
 
 def commands(prefix: str) -> list[list[str]]:
+    """The commands of the one section whose heading starts with ``prefix``."""
     (heading,) = [h for h in sections() if h.startswith(prefix)]
     return sections()[heading]
 
@@ -95,7 +99,13 @@ def workspace(tmp_path, tiny_mirror, monkeypatch) -> Path:
 
 
 def run(argv: list[str]):
-    """Runs one README command (see the module's docstring); returns what it gave back."""
+    """Runs one README command (see the module's docstring).
+
+    Returns:
+        The CLI object of an in-process ``graphormer-sepnorm``, the standard error of a DDP run,
+        ``make -n``'s output, the text of an ``sbatch`` script, or ``None``.
+    """
+    argv = [_glob(a) for a in argv]
     program = argv[0]
     if program == "srun":
         return run(argv[1:])
@@ -127,6 +137,14 @@ def run(argv: list[str]):
     return done.stderr
 
 
+def _glob(arg: str) -> str:
+    """``arg`` with a ``*`` expanded in the working directory, which must match one file."""
+    if "*" not in arg:
+        return arg
+    (match,) = Path().glob(arg)
+    return str(match)
+
+
 def test_every_section_with_commands_has_its_test():
     assert sorted(h.split()[0] for h in sections()) == sorted(
         p.split()[0] for p in SECTIONS)
@@ -154,7 +172,9 @@ def test_install_and_make():
 def test_train(workspace):
     results = [run(argv) for argv in commands("Train on")]
     fit, test, sharenorm, packed = results
-    assert fit.trainer.state.finished and Path(fit.trainer.checkpoint_callback.best_model_path)
+    best = Path(fit.trainer.checkpoint_callback.best_model_path)
+    assert fit.trainer.state.finished and best.is_file()
+    assert Path(test.trainer.ckpt_path).resolve() == best.resolve()
     assert "test/mae" in test.trainer.callback_metrics
     norms = {type(m).__name__ for m in sharenorm.model.model.modules()}
     assert "ShareNorm" in norms and "SepNorm" not in norms
@@ -167,7 +187,9 @@ def test_own_molecules(workspace):
     own_csv(workspace / "my.csv", rows=40)
     (workspace / "new.csv").write_text("smiles\n" + "\n".join(SMILES[:6]) + "\n")
     fit, test, _ = (run(argv) for argv in commands("Your own molecules"))
+    best = Path(fit.trainer.checkpoint_callback.best_model_path)
     assert fit.trainer.state.finished and "test/mae" in test.trainer.callback_metrics
+    assert Path(test.trainer.ckpt_path).resolve() == best.resolve()
     out = pd.read_csv(workspace / "new_preds.csv", keep_default_na=False)
     assert list(out["smiles"]) == SMILES[:6] and (out["error"] == "").all()
     for column in ("logS", "logS_std", "logS_lo90", "logS_hi90"):
@@ -186,6 +208,7 @@ def test_predict(workspace):
     zinc = pd.read_csv(workspace / "zinc_preds.csv", keep_default_na=False)
     zinc_good = zinc["error"] == ""
     assert len(zinc) == rows and not (zinc_good & ~good).any()
+    assert (good & ~zinc_good).any()  # a salt's sodium is outside the ZINC vocabulary
     assert zinc["error"][good & ~zinc_good].str.contains("not in the ZINC vocabulary").all()
     embeddings = np.load(workspace / "zinc_embeddings.npy")  # a row per input, NaN if flagged
     assert embeddings.shape == (rows, 64)  # the bundled ZINC model is the 10-minute preset's
@@ -195,7 +218,7 @@ def test_predict(workspace):
 def test_scale_out(workspace):
     results = [run(argv) for argv in commands("Scale out")]
     ddp, many_nodes, _, array, resumable = results
-    for log in (ddp, many_nodes):
+    for log in (ddp, many_nodes):  # Lightning 2.6's messages
         assert "Starting with 2 processes" in log
     assert "Restoring states from the checkpoint path at runs/zinc/version_0" in many_nodes
     assert "#SBATCH --array=0-3" in array  # 2 datasets x 2 norms, the 4 seeds of each packed

@@ -1,4 +1,4 @@
-"""Tiny datasets written in the real on-disk formats (PyG ZINC raw pickles, OGB's molhiv layout)."""
+"""Tiny datasets in the real on-disk formats: PyG ZINC raw pickles, OGB's molhiv layout, a CSV."""
 
 from __future__ import annotations
 
@@ -83,7 +83,16 @@ def featurize_with_paths(smiles, featurizer):
 
 def own_csv(path: Path, rows: int = 200, labels: tuple[str, ...] = ("train",) * 8 + ("val",
             "test")) -> Path:
-    """``smiles,logS,split``: a numeric target a little related to the SMILES' length."""
+    """Writes ``smiles,logS,split``: a numeric target a little related to the SMILES' length.
+
+    Args:
+        path: the CSV to write.
+        rows: data rows, cycling through :data:`SMILES`.
+        labels: the ``split`` column's values, cycled.
+
+    Returns:
+        ``path``.
+    """
     gen = np.random.default_rng(0)
     lines = ["smiles,logS,split"]
     for k in range(rows):
