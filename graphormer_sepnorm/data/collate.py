@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -19,10 +20,24 @@ from torch_geometric.data import Data
 from graphormer_sepnorm.data.transform import AddShortestPaths
 
 _add_spd = AddShortestPaths()
+_Batch = TypeVar("_Batch", bound="TensorFields")
+
+
+class TensorFields:
+    """A dataclass batch whose tensor fields move together; its other fields are kept."""
+
+    def to(self: _Batch, device: torch.device | str, non_blocking: bool = False) -> _Batch:
+        """Returns a copy with every tensor moved to ``device``."""
+        return self._map(lambda v: v.to(device, non_blocking=non_blocking))
+
+    def _map(self: _Batch, move: Callable[[Tensor], Tensor]) -> _Batch:
+        """A copy with ``move`` applied to every tensor field."""
+        return replace(self, **{f.name: move(v) for f in fields(self)
+                                if isinstance(v := getattr(self, f.name), Tensor)})
 
 
 @dataclass
-class GraphormerBatch:
+class GraphormerBatch(TensorFields):
     """A batch of ``B`` graphs padded to ``N`` nodes (position 0 is left for the graph token).
 
     Attributes:
@@ -100,18 +115,9 @@ class GraphormerBatch:
         return table.new_zeros(len(self.pair_spd), table.shape[1]).index_add(
             0, self.hop_pair, table[rows] * kept)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphormerBatch:
-        """Returns a copy with every tensor moved to ``device``."""
-        return self._map(lambda v: v.to(device, non_blocking=non_blocking))
-
     def pin_memory(self) -> GraphormerBatch:
         """Pins every tensor (used by ``DataLoader(pin_memory=True)``)."""
         return self._map(lambda v: v.pin_memory())
-
-    def _map(self, move: Callable[[Tensor], Tensor]) -> GraphormerBatch:
-        """A copy with ``move`` applied to every tensor field."""
-        return replace(self, **{f.name: move(v) for f in fields(self)
-                                if isinstance(v := getattr(self, f.name), Tensor)})
 
 
 def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,16 +11,16 @@ reference model computes the same function from either batch of the same graphs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graphormer_sepnorm.data.collate import TensorFields
+
 
 @dataclass
-class GridBatch:
+class GridBatch(TensorFields):
     """``B`` graphs padded to ``N`` atoms, with every position and pair of the grid.
 
     Attributes:
@@ -85,12 +85,3 @@ class GridBatch:
         rows = hop.int() * len(self.edge_attr) + self.hop_edge[:, :slots].int()  # int32 saved
         kept = hop < self.pair_spd.clamp(min=0, max=hops).unsqueeze(-1)
         return (F.embedding(rows, table) * kept.unsqueeze(-1).to(table.dtype)).sum(1)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> GridBatch:
-        """Returns a copy with every tensor moved to ``device``."""
-        return self._map(lambda v: v.to(device, non_blocking=non_blocking))
-
-    def _map(self, move: Callable[[Tensor], Tensor]) -> GridBatch:
-        """A copy with ``move`` applied to every tensor field."""
-        return replace(self, **{f.name: move(v) for f in fields(self)
-                                if isinstance(v := getattr(self, f.name), Tensor)})
