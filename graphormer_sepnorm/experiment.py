@@ -191,28 +191,35 @@ def run_cell(args: argparse.Namespace, cell: Cell, deadline: float | None) -> st
     return "done"
 
 
+def results_csv(args: argparse.Namespace) -> Path:
+    """``results/<name>.csv``."""
+    return args.results_dir / f"{args.name}.csv"
+
+
+def finished(args: argparse.Namespace) -> set[tuple[str, str, str]]:
+    """``(dataset, norm, seed)`` of every row in the CSV."""
+    return {(r["dataset"], r["norm"], r["seed"]) for r in read_rows(results_csv(args))}
+
+
+def left_to_run(args: argparse.Namespace,
+                done: set[tuple[str, str, str]] | None = None) -> list[Cell]:
+    """The cells with a seed not in the CSV (or not in ``done``, when given)."""
+    done = finished(args) if done is None else done
+    return [c for c in cells(args) if any((c.dataset, c.norm, str(s)) not in done
+                                          for s in c.seeds)]
+
+
 def gather(args: argparse.Namespace, extra: dict[Cell, dict[str, object]] | None = None) -> None:
     """Adds the rows of finished cells not in the CSV yet; rewrites the Markdown."""
-    csv_path = args.results_dir / f"{args.name}.csv"
-    done = {(r["dataset"], r["norm"], r["seed"]) for r in read_rows(csv_path)}
+    csv_path, done = results_csv(args), finished(args)
     accelerator = args.accelerator + (f", packed x{len(args.seeds)}" if args.packed else "")
-    for cell in cells(args):
-        if all((cell.dataset, cell.norm, str(s)) in done for s in cell.seeds):
-            continue
+    for cell in left_to_run(args, done):
         for row in cell_rows(run_dir(args, cell), cell) or []:
             if (cell.dataset, cell.norm, str(row["seed"])) not in done:
                 append_row(csv_path, {**row, "accelerator": accelerator,
                                       **(extra or {}).get(cell, {})})
     if csv_path.is_file():
         write_markdown(args, read_rows(csv_path))
-
-
-def left_to_run(args: argparse.Namespace) -> list[Cell]:
-    """The cells with a seed not in the CSV."""
-    done = {(r["dataset"], r["norm"], r["seed"])
-            for r in read_rows(args.results_dir / f"{args.name}.csv")}
-    return [c for c in cells(args) if any((c.dataset, c.norm, str(s)) not in done
-                                          for s in c.seeds)]
 
 
 def slurm_script(args: argparse.Namespace, todo: list[Cell]) -> str:

@@ -95,7 +95,7 @@ def cell_rows(folder: Path, cell: Cell) -> list[dict[str, Any]] | None:
     ckpt = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
     best = monitor_state(ckpt) or {}
     metric = str(best.get("monitor", "val/loss")).split("/", 1)[-1]
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now, head = utc_now(), commit()
     rows = []
     for seed in cell.seeds:
         value = test_value(folder / (f"test-seed{seed}" if cell.packed else "test"),
@@ -105,7 +105,7 @@ def cell_rows(folder: Path, cell: Cell) -> list[dict[str, Any]] | None:
         row = {"dataset": cell.dataset, "norm": cell.norm, "seed": seed, "monitor": f"val/{metric}",
                "test_metric": f"test/{metric}", "test_value": value,
                "steps": ckpt["global_step"], "fit_seconds": round(ckpt.get("fit_seconds", 0), 1),
-               "commit": commit(), "date": now}
+               "commit": head, "date": now}
         if cell.packed:
             path = folder / "fit" / "replicas" / f"seed{seed}.ckpt"
             replica = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -158,6 +158,11 @@ def hardware() -> str:
     return f"CPU: {cpu}, {os.cpu_count()} cores; GPU: {gpus}"
 
 
+def utc_now() -> str:
+    """The time now, ``YYYY-MM-DD HH:MM UTC``."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def commit() -> str:
     """``git rev-parse HEAD``, with ``-dirty`` when the working tree has changes."""
     def git(*cmd: str) -> str:
@@ -193,12 +198,11 @@ def grid_argv(argv: list[str]) -> list[str]:
 
 def write_markdown(args: argparse.Namespace, rows: list[dict[str, str]]) -> None:
     """Rewrites ``results/<name>.md`` from every row of the CSV."""
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = [f"# {args.name}: SepNorm vs ShareNorm", "",
             "Mean ± sample std over seeds; test metric of the checkpoint with the best "
             "validation metric. Each row of the CSV has its commit and date.", "",
             summary_table(rows), "",
             f"- Hardware: {hardware()}; accelerator {args.accelerator}, devices {args.devices}",
-            f"- Budget: {budget_text(args)}", f"- Commit: {commit()}", f"- Date: {date}",
+            f"- Budget: {budget_text(args)}", f"- Commit: {commit()}", f"- Date: {utc_now()}",
             f"- Command: `graphormer-sepnorm-experiment {' '.join(grid_argv(args.argv))}`", ""]
     (args.results_dir / f"{args.name}.md").write_text("\n".join(text))
