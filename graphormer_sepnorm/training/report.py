@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import EarlyStopping
 
-from graphormer_sepnorm.training.resume import stopped_by_time
+from graphormer_sepnorm.training.resume import newest, stopped_by_time
 
 ORDER = ("mae", "rmse", "r2", "roc_auc", "pr_auc", "ece", "loss")
 
@@ -112,8 +112,8 @@ def last_checkpoint(trainer: Trainer) -> str | None:
     The configs write ``last.ckpt`` through callbacks of their own, not ``save_last``.
     """
     folders = {c.dirpath for c in trainer.checkpoint_callbacks if getattr(c, "dirpath", None)}
-    found = [p for folder in folders for p in Path(folder).glob("last*.ckpt") if p.is_file()]
-    return str(max(found, key=lambda p: p.stat().st_mtime)) if found else None
+    found = newest(p for folder in folders for p in Path(folder).glob("last*.ckpt"))
+    return None if found is None else str(found)
 
 
 def _checkpoint_lines(trainer: Trainer) -> list[str]:

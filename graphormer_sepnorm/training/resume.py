@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,13 @@ def find_last_checkpoint(root: str | Path) -> Path | None:
 
     ``root`` is a logger's ``save_dir/name``; each run of it lives in a version folder.
     """
-    candidates = [p for p in Path(root).glob("*/checkpoints/last*.ckpt") if p.is_file()]
-    return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
+    return newest(Path(root).glob("*/checkpoints/last*.ckpt"))
+
+
+def newest(paths: Iterable[Path]) -> Path | None:
+    """The most recently written file among ``paths``, or ``None``."""
+    files = [p for p in paths if p.is_file()]
+    return max(files, key=lambda p: p.stat().st_mtime) if files else None
 
 
 def monitor_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
