@@ -12,7 +12,7 @@ from test_cli import CONFIGS, common
 
 from graphormer_sepnorm.cli import main
 from graphormer_sepnorm.grid import DeviceBatches, GridEngine
-from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
+from graphormer_sepnorm.nn.compiling import compile_kwargs
 from graphormer_sepnorm.prediction import CheckpointError, load_checkpoint
 from graphormer_sepnorm.training.factory import load_module
 from graphormer_sepnorm.training.from_checkpoint import checkpoint_data

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 from graphormer_sepnorm.nn.config import NORM_SITES, GraphormerConfig, NormSite
 from graphormer_sepnorm.nn.dropout import Dropout
@@ -39,8 +39,8 @@ class Graphormer(nn.Module):
         config: the hyperparameters (:class:`~graphormer_sepnorm.nn.config.GraphormerConfig`).
 
     Shapes:
-        a :class:`~graphormer_sepnorm.data.collate.GraphormerBatch` of ``B`` graphs padded to
-        ``N`` atoms (or the grid engine's :class:`~graphormer_sepnorm.grid.batch.GridBatch`,
+        a :class:`~graphormer_sepnorm.data.batch.GraphormerBatch` of ``B`` graphs padded to
+        ``N`` atoms (or the grid engine's :class:`~graphormer_sepnorm.data.batch.GridBatch`,
         which has the same layout methods) -> ``[B, num_tasks]``.
 
     Examples:
@@ -102,7 +102,7 @@ class Graphormer(nn.Module):
         """The layers' input: graph token and atom embeddings, ``[B, 1 + N, D]``.
 
         Before the input dropout. Padded positions hold what the batch's
-        :meth:`~graphormer_sepnorm.data.collate.GraphormerBatch.atom_grid` puts there: no real
+        :meth:`~graphormer_sepnorm.data.batch.GraphormerBatch.atom_grid` puts there: no real
         token attends to them, so no output depends on them.
         """
         atoms = self.atom_encoder(batch.x) + self.degree_encoder(batch.degree)

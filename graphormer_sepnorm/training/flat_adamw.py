@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from graphormer_sepnorm.nn.cuda.compiling import compiled
+from graphormer_sepnorm.nn.compiling import compiled
 
 
 def adamw_step_(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: Tensor,

@@ -27,8 +27,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
-from graphormer_sepnorm.grid.batch import GridBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch, GridBatch
+from graphormer_sepnorm.data.collate import GraphormerCollator
 from graphormer_sepnorm.nn.attention import BiasedMultiheadAttention
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
@@ -45,7 +45,7 @@ class PackedReplicas(nn.Module):
         models: the replicas (same config); their weights are copied, not shared.
 
     Shapes:
-        a stacked :class:`~graphormer_sepnorm.grid.batch.GridBatch` (fields with a leading
+        a stacked :class:`~graphormer_sepnorm.data.batch.GridBatch` (fields with a leading
         ``R``: one batch per replica), or any batch without (every replica on the same graphs)
         -> ``[R, B, num_tasks]``.
     """
