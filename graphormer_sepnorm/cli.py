@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
 from jsonargparse import Namespace
 from lightning.pytorch import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerStatus
 
+from graphormer_sepnorm import datasets
+from graphormer_sepnorm.checkpoints import read_checkpoint
 from graphormer_sepnorm.datasets.base import GraphDataModule
 from graphormer_sepnorm.ensemble.callback import FingerprintGPBlend
-from graphormer_sepnorm.training.checkpoint_format import upgrade_hparams
+from graphormer_sepnorm.recipes import resolve_configs
+from graphormer_sepnorm.training.checkpointing import DEFAULT_CALLBACKS
 from graphormer_sepnorm.training.factory import graphormer_module
 from graphormer_sepnorm.training.from_checkpoint import missing_data_file, with_checkpoint_data
 from graphormer_sepnorm.training.report import (
@@ -39,7 +42,8 @@ class GraphormerCLI(LightningCLI):
     """Links what the model must agree on with the data.
 
     ``model.dataset_info`` (task, targets, feature dims, featurizer) comes from the datamodule,
-    and the datamodule's collator keeps as many hops as the model's edge encoder uses. ``--gp``
+    the datamodule's collator keeps as many hops as the model's edge encoder uses, and packed
+    replicas' seeds (``model.seeds``) give the datamodule one batch order per replica. ``--gp``
     configures the fingerprint GP blended with the network
     (:class:`~graphormer_sepnorm.ensemble.callback.FingerprintGPBlend`). ``fit``
     ends with a summary (:func:`~graphormer_sepnorm.training.report.fit_summary`), with the best
@@ -51,6 +55,10 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.dataset_info", "model.dataset_info", apply_on="instantiate")
         parser.link_arguments("model.config.multi_hop_max_dist",
                               "data.init_args.multi_hop_max_dist")
+        parser.link_arguments("model.seeds", "data.init_args.replica_seeds")
+        # every fit's checkpoints, statistics, diagnostics and LR log, shown by --print_config;
+        # `trainer.callbacks+:` adds one, `trainer.callbacks:` replaces them
+        parser.set_defaults({"trainer.callbacks": DEFAULT_CALLBACKS})
         # the fingerprint GP beside the network: --gp.weight (a fit's; else a checkpoint's)
         parser.add_lightning_class_args(FingerprintGPBlend, "gp")
         parser.add_argument("--test_best", type=bool, default=True,
@@ -81,9 +89,8 @@ class GraphormerCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """Lightning's: the ``--ckpt_path`` file's model hyperparameters go into the config.
 
-        ``last`` and ``best`` are first resolved (:func:`resolve_last`); a checkpoint of the
-        previous format (flat model hyperparameters) is read as the
-        current one (:func:`~graphormer_sepnorm.training.checkpoint_format.upgrade_hparams`).
+        ``last`` and ``best`` are first resolved (:func:`resolve_last`); the file is read by
+        :func:`~graphormer_sepnorm.checkpoints.read_checkpoint` (the current format only).
         """
         subcommand = self.config.get("subcommand")
         if subcommand is not None:
@@ -91,9 +98,9 @@ class GraphormerCLI(LightningCLI):
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
-        ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu", mmap=True)
-        hparams = upgrade_hparams(ckpt.get("hyper_parameters") or {})
-        hparams = {k: v for k, v in hparams.items() if not k.startswith("_")}
+        ckpt = read_checkpoint(ckpt_path, mmap=True)
+        hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items()
+                   if not k.startswith("_")}
         if not hparams:
             return
         try:
@@ -147,7 +154,7 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
     """Runs the CLI; ``args`` defaults to ``sys.argv[1:]``.
 
     Examples:
-        ``graphormer-sepnorm fit --config configs/molhiv.yaml``
+        ``graphormer-sepnorm fit --config molhiv`` (a bundled recipe by name, or a file)
 
         ``graphormer-sepnorm test --ckpt_path CKPT`` (the data settings come from the
         checkpoint; any can be overridden: ``--data.path other.csv``)
@@ -160,13 +167,25 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
         return _cli(args)
 
 
+def _register_datamodules() -> None:
+    """Imports the datamodules, so that their short names work (``--data SmilesCSVDataModule``).
+
+    jsonargparse finds a class by its short name among the imported subclasses; those that need
+    RDKit or ogb are skipped where these are not installed (a GPU node with prepared data).
+    """
+    for name in datasets.__all__:
+        with contextlib.suppress(ImportError):
+            getattr(datasets, name)
+
+
 def _cli(args: list[str], run: bool = True,
          callbacks: list[Callback] | None = None) -> GraphormerCLI:
+    _register_datamodules()
     return GraphormerCLI(
         graphormer_module,
         GraphDataModule,
         subclass_mode_data=True,
-        args=args,
+        args=resolve_configs(args),
         run=run,
         # Our datamodules shard their random batches across DDP processes themselves; dropout is
         # seeded by the step count, so that resumed runs continue exactly.

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from graphormer_sepnorm.checkpoints import read_checkpoint
 from graphormer_sepnorm.training.resume import find_last_checkpoint, monitor_state
 
 FIELDS = ["dataset", "norm", "seed", "monitor", "best_val", "test_metric", "test_value",
@@ -92,7 +91,7 @@ def cell_rows(folder: Path, cell: Cell) -> list[dict[str, Any]] | None:
     last = find_last_checkpoint(folder)
     if last is None:
         return None
-    ckpt = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+    ckpt = read_checkpoint(last, mmap=True)
     best = monitor_state(ckpt) or {}
     metric = str(best.get("monitor", "val/loss")).split("/", 1)[-1]
     now, head = utc_now(), commit()
@@ -108,7 +107,7 @@ def cell_rows(folder: Path, cell: Cell) -> list[dict[str, Any]] | None:
                "commit": head, "date": now}
         if cell.packed:
             path = folder / "fit" / "replicas" / f"seed{seed}.ckpt"
-            replica = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            replica = read_checkpoint(path, mmap=True)
             row.update(best_val=replica["replica"][f"val_{metric}"], checkpoint=str(path))
         else:
             row.update(best_val=float(best["best_model_score"]),

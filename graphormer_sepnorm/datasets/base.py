@@ -139,19 +139,23 @@ class GraphDataModule(LightningDataModule):
         engine: a :class:`~graphormer_sepnorm.grid.engine.GridEngine` to serve grid batches
             gathered on the training device (static shapes, for a compiled GPU step);
             ``None`` (default): a DataLoader of the collator's batches, except for packed
-            replicas (a module with ``seeds``), which take a default ``GridEngine``.
+            replicas, which take a default ``GridEngine``.
+        replica_seeds: the seeds of packed replicas trained on these batches, one batch order
+            per seed (the CLI links the model's ``seeds`` here); ``None``: one model (default).
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
                  eval_batch_size: int | None = None, num_workers: int = 0,
                  multi_hop_max_dist: int = 20, seed: int = 0,
                  train_batches: TrainBatches = "random",
-                 engine: GridEngine | None = None) -> None:
+                 engine: GridEngine | None = None,
+                 replica_seeds: list[int] | None = None) -> None:
         super().__init__()
         if train_batches not in ("random", "size_grouped"):
             raise ValueError(f"train_batches must be 'random' or 'size_grouped', not "
                              f"{train_batches!r}")
         self.train_batches = train_batches
+        self.replica_seeds = list(replica_seeds) if replica_seeds else None
         self.engine = engine
         self.root = root
         self.batch_size = batch_size
@@ -220,20 +224,14 @@ class GraphDataModule(LightningDataModule):
     def _batches_done(self) -> int:
         return batches_done(self.trainer)
 
-    def _replica_seeds(self) -> list[int] | None:
-        """The seeds of the packed replicas being trained (the module's ``seeds``), if any."""
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        seeds = getattr(module, "seeds", None)
-        return list(seeds) if seeds else None
-
     def _loader(self, split: str, train: bool, packed: bool | None = None,
                 pad: bool = False) -> DataLoader | DeviceBatches:
         """A split's batches; ``packed``: one per replica (default: for training batches).
 
         ``pad``: padded as the engine pads training steps' batches.
         """
-        seeds = self._replica_seeds()
-        if seeds and self.engine is None:
+        seeds = self.replica_seeds
+        if seeds and self.engine is None:  # packed replicas train on stacked grid batches
             self.engine = GridEngine()
         engine = self.engine
         if engine is not None:

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.aggregation import CatMetric
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.checkpoints import require_current, stamp
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.backends import Backend, set_backend
+from graphormer_sepnorm.nn.compiling import compile_kwargs
 from graphormer_sepnorm.nn.config import GraphormerConfig
-from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
 from graphormer_sepnorm.nn.model import Graphormer
-from graphormer_sepnorm.training import checkpoint_format
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
-from graphormer_sepnorm.training.init_from import init_model_from
+from graphormer_sepnorm.training.init_from import InitReport, init_model_from
 from graphormer_sepnorm.training.metrics import ExtraMetrics, WeightedMean
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
 from graphormer_sepnorm.training.tasks import TASKS, make_task
@@ -72,8 +70,8 @@ class GraphormerModule(LightningModule):
     Every hyperparameter is stored as a plain value (the config as ``hparams['config']``, a
     dict), so checkpoints load with ``weights_only=True`` and carry what prediction needs
     (``dataset_info``: featurizer, task, target names; the target scaler as the task's
-    buffers). Checkpoints of the previous format load too
-    (:mod:`~graphormer_sepnorm.training.checkpoint_format`).
+    buffers). A checkpoint of an earlier format is refused; ``graphormer-sepnorm-convert``
+    converts it once (:mod:`~graphormer_sepnorm.convert`).
 
     Args:
         dataset_info: from the datamodule's ``dataset_info``: ``task`` (``'regression'`` or
@@ -103,13 +101,18 @@ class GraphormerModule(LightningModule):
         power: exponent of the decay. Default: 1 (linear).
         standardize_targets: regression only: train on targets standardized with the training
             set's mean and std (set at fit start, stored in the checkpoint). Default: false.
+        statistics_graphs: training molecules over which SepNorm's graph-token BatchNorm
+            statistics are re-estimated, without dropout, before each validation (per process;
+            :class:`~graphormer_sepnorm.training.batch_statistics.ReestimateGraphTokenStatistics`,
+            one of the CLI's default callbacks); 0: they stay the running averages of training.
+            Default: 4096.
         seeds: packed replicas: one model per seed, trained together in this fit, by a
             :class:`~graphormer_sepnorm.training.packed_module.PackedGraphormerModule` (the
             CLI's :func:`~graphormer_sepnorm.training.factory.graphormer_module` makes one
             when seeds are given). ``None``: one model (default).
         compile: ``torch.compile`` mode for the model (``'default'``, ``'reduce-overhead'``:
             CUDA graphs as well, ``'max-autotune'``), applied when the run starts, with the
-            inductor settings of :mod:`~graphormer_sepnorm.nn.cuda.compiling`; ``None``: eager
+            inductor settings of :mod:`~graphormer_sepnorm.nn.compiling`; ``None``: eager
             (default). The CPU wing's encoder is not traced (its C kernels are opaque to
             dynamo). Grid batches (:mod:`~graphormer_sepnorm.grid`) have static shapes and
             trace as one graph.
@@ -129,6 +132,7 @@ class GraphormerModule(LightningModule):
         total_steps: int | None = 400000,
         power: float = 1.0,
         standardize_targets: bool = False,
+        statistics_graphs: int = 4096,
         seeds: list[int] | None = None,
         compile: str | None = None,
     ) -> None:
@@ -142,7 +146,7 @@ class GraphormerModule(LightningModule):
         self.save_hyperparameters(ignore=["config"])
         # the config as plain values, data sizes included: checkpoints load with weights_only
         self.save_hyperparameters({"config": config.to_dict()})
-        self.model = set_backend(Graphormer(config), backend)
+        self.model = self.build_model(config)
         self.task = make_task(info["task"], info["target_names"])
         self.val_metric = self.task.metric()
         self.test_metric = self.task.metric()
@@ -156,38 +160,45 @@ class GraphormerModule(LightningModule):
         self._weights_from_checkpoint = False
         self._compiled = False
 
+    def build_model(self, config: GraphormerConfig) -> nn.Module:
+        """The model this module trains: a :class:`Graphormer` on the ``backend`` asked for."""
+        return set_backend(Graphormer(config), self.hparams["backend"])
+
+    def init_weights_from(self, path: str) -> InitReport:
+        """Copies the matching weights of checkpoint ``path`` (``init_from``) into the model."""
+        return init_model_from(self.model, path)
+
     @property
     def config(self) -> GraphormerConfig:
         """The model's hyperparameters (the data sizes filled in)."""
         return self.model.config
 
     @property
+    def monitor(self) -> str:
+        """The validation metric the best checkpoint is chosen on (the task's main metric)."""
+        return f"val/{self.task.metric_name}"
+
+    @property
+    def monitor_mode(self) -> str:
+        """``'min'`` or ``'max'``: which :attr:`monitor` value is better."""
+        return self.task.mode
+
+    @property
     def dataset_info(self) -> dict[str, Any]:
         """The data the model was trained on (task, target names, feature dims, featurizer)."""
         return dict(self.hparams["dataset_info"])
 
-    @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any,
-                             **kwargs: Any) -> GraphormerModule:
-        """Lightning's ``load_from_checkpoint``; a file of an earlier format is upgraded.
-
-        A local file that is not in the current format (flat hyperparameters, or a GP inside
-        the module) is read, upgraded (:mod:`~graphormer_sepnorm.training.checkpoint_format`)
-        and handed to Lightning from memory.
-        """
-        local = isinstance(checkpoint_path, str | Path) and Path(checkpoint_path).is_file()
-        if local:
-            payload = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-            if not checkpoint_format.is_current(payload):
-                buffer = io.BytesIO()
-                torch.save(checkpoint_format.upgrade(payload), buffer)
-                buffer.seek(0)
-                checkpoint_path = buffer
-        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Marks the checkpoint as of the current format (:func:`~.checkpoints.stamp`)."""
+        stamp(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Upgrades a checkpoint of the previous format in place, before its weights load."""
-        checkpoint.update(checkpoint_format.upgrade(checkpoint))
+        """Refuses a checkpoint of another format before its weights load.
+
+        Raises:
+            CheckpointError: an earlier format: ``graphormer-sepnorm-convert`` converts it.
+        """
+        require_current(checkpoint)
         self._weights_from_checkpoint = True
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
@@ -223,7 +234,7 @@ class GraphormerModule(LightningModule):
         refuse_size_grouped_batch_norm(self.model, self.trainer.datamodule)
         init_from = self.hparams.get("init_from")
         if init_from not in (None, "none") and not self._weights_from_checkpoint:
-            report = init_model_from(self.model, init_from)
+            report = self.init_weights_from(init_from)
             if self.trainer.is_global_zero:
                 print(report, flush=True)
         if self.hparams["standardize_targets"] and self.task.scales_targets:

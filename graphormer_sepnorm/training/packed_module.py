@@ -9,13 +9,12 @@ import lightning
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.nn.backends import set_backend
-from graphormer_sepnorm.nn.cuda.compiling import compiled
-from graphormer_sepnorm.nn.model import Graphormer
-from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
+from graphormer_sepnorm.checkpoints import FORMAT_KEY, FORMAT_VERSION
+from graphormer_sepnorm.data.batch import GraphormerBatch
+from graphormer_sepnorm.nn.compiling import compiled
+from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.training.flat_adamw import FlatAdamW
-from graphormer_sepnorm.training.init_from import init_model_from
+from graphormer_sepnorm.training.init_from import InitReport, init_model_from
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
 from graphormer_sepnorm.training.packed import PackedReplicas
@@ -40,22 +39,33 @@ class PackedGraphormerModule(GraphormerModule):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        seeds = list(self.hparams["seeds"])
-        models = []
-        for seed in seeds:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                models.append(set_backend(Graphormer(self.config), self.hparams["backend"]))
-        self.model = PackedReplicas(models)
-        self.seeds = seeds
-        self.val_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
-        self.test_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
-        self.best_val: list[float | None] = [None] * len(seeds)
+        self.seeds = list(self.hparams["seeds"])
+        self.val_metrics = nn.ModuleList(self.task.metric() for _ in self.seeds)
+        self.test_metrics = nn.ModuleList(self.task.metric() for _ in self.seeds)
+        self.best_val: list[float | None] = [None] * len(self.seeds)
         self._train_losses: Any = None  # replica_losses, compiled with the model
         self._single: list[GraphormerModule] = []  # replica_checkpoint's (not a submodule)
 
+    def build_model(self, config: GraphormerConfig) -> PackedReplicas:
+        """One model per seed, each initialized from ``torch.manual_seed(seed)``, packed."""
+        models = []
+        for seed in self.hparams["seeds"]:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                models.append(super().build_model(config))
+        return PackedReplicas(models)
+
+    def init_weights_from(self, path: str) -> InitReport:
+        """``init_from`` into every replica (the report is each replica's)."""
+        for index in range(len(self.seeds)):
+            replica = self.model.replica(index)
+            report = init_model_from(replica, path)
+            self.model.set_replica(index, replica)
+        return report
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keeps each replica's best validation metric, so a resumed fit compares with it."""
+        super().on_save_checkpoint(checkpoint)
         checkpoint["replica_best_val"] = list(self.best_val)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -68,20 +78,6 @@ class PackedGraphormerModule(GraphormerModule):
         saved = checkpoint.get("replica_best_val")
         if saved is not None and len(saved) == len(self.seeds):
             self.best_val = list(saved)
-
-    def setup(self, stage: str) -> None:
-        """At fit start: ``init_from`` into every replica, the target scaler."""
-        if stage != "fit":
-            return
-        refuse_size_grouped_batch_norm(self.model.replica(0), self.trainer.datamodule)
-        init_from = self.hparams.get("init_from")
-        if init_from not in (None, "none") and not self._weights_from_checkpoint:
-            for index in range(len(self.seeds)):
-                replica = self.model.replica(index)
-                init_model_from(replica, init_from)
-                self.model.set_replica(index, replica)
-        if self.hparams["standardize_targets"] and self.task.scales_targets:
-            self.task.set_scaler(*self.trainer.datamodule.target_statistics())
 
     def configure_model(self) -> None:
         """With ``compile``: the packed model, and the training forward with its losses."""
@@ -179,7 +175,7 @@ class PackedGraphormerModule(GraphormerModule):
                                       self.model.replica_state_dict(index).items()})
         single.task.load_state_dict(self.task.state_dict())
         trainer = self._trainer
-        return {"state_dict": single.state_dict(),
+        return {FORMAT_KEY: FORMAT_VERSION, "state_dict": single.state_dict(),
                 "hyper_parameters": dict(single.hparams) | private,
                 "epoch": self.current_epoch, "global_step": self.global_step,
                 "pytorch-lightning_version": lightning.__version__,

@@ -15,7 +15,7 @@ Binary probabilities are temperature-scaled (Guo et al., ICML 2017): each valida
 sets ``task.logit_scale`` (one factor per target, saved in the checkpoint) to the one that
 minimizes the validation molecules' cross-entropy of ``sigmoid(scale * logit)``. It changes no
 ranking (ROC-AUC, PR-AUC), only how far the probabilities are from 0.5: a network trained to
-convergence on BCE tends to be overconfident. Checkpoints saved before it load with scale 1.
+convergence on BCE tends to be overconfident.
 
 Examples:
     >>> import torch
@@ -55,6 +55,7 @@ class Task(nn.Module):
     Attributes:
         name: ``'regression'`` or ``'binary'``, as in ``dataset_info['task']``.
         metric_name: The main metric, logged as ``val/<metric_name>`` and ``test/<...>``.
+        mode: ``'min'`` or ``'max'``: whether a lower or higher main metric is better.
         scales_targets: Whether ``standardize_targets`` applies (:meth:`set_scaler`).
         calibrates: Whether :meth:`calibrate` fits anything (the module then keeps the
             validation outputs for it).
@@ -62,6 +63,7 @@ class Task(nn.Module):
 
     name: ClassVar[TaskType]
     metric_name: ClassVar[str]
+    mode: ClassVar[Literal["min", "max"]]
     scales_targets: ClassVar[bool] = False
     calibrates: ClassVar[bool] = False
 
@@ -119,6 +121,7 @@ class RegressionTask(Task):
 
     name = "regression"
     metric_name = "mae"
+    mode = "min"
     scales_targets = True
     target_mean: Tensor
     target_std: Tensor
@@ -159,6 +162,7 @@ class BinaryTask(Task):
 
     name = "binary"
     metric_name = "roc_auc"
+    mode = "max"
     calibrates = True
     logit_scale: Tensor
 
@@ -204,12 +208,6 @@ class BinaryTask(Task):
             if 0 < labels.sum() < len(labels):
                 self.logit_scale[t] = inverse_temperature(out[present, t].double(), labels)
         return {"logit_scale": self.logit_scale.mean()}
-
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object,
-                              **kwargs: object) -> None:
-        # saved before temperature scaling existed: uncalibrated, as they were trained
-        state_dict.setdefault(prefix + "logit_scale", torch.ones_like(self.logit_scale))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 def inverse_temperature(logits: Tensor, labels: Tensor, steps: int = 50) -> float:

@@ -12,7 +12,9 @@ import pytest
 import torch
 from tiny_data import SMILES
 
+from graphormer_sepnorm.checkpoints import FORMAT_KEY
 from graphormer_sepnorm.chem.featurizers import featurizer_from_config
+from graphormer_sepnorm.convert import convert_file
 from graphormer_sepnorm.datasets import SmilesCSVDataModule
 from graphormer_sepnorm.datasets.smiles_csv import murcko_scaffold, scaffold_split
 
@@ -456,12 +458,13 @@ def test_the_blend_predicts_calibrated_deviations_and_test_scores_them(tmp_path,
     assert (frame["y_std"] > 0).all()
     np.testing.assert_allclose(frame["y_hi90"] - frame["y"], 1.6448536 * frame["y_std"],
                                rtol=1e-5)
-    # a checkpoint from before the deviations: the same predictions, no deviation columns
+    # a checkpoint from before the deviations, converted: the same predictions, no deviations
     old = torch.load(checkpoint, weights_only=True)
     old["ensemble"]["state"] = {k: v for k, v in old["ensemble"]["state"].items()
                                 if k not in ("present", "loo_sq")}
-    del old["ensemble"]["q90"]
+    del old["ensemble"]["q90"], old["ensemble"]["deviation"], old[FORMAT_KEY]
     torch.save(old, tmp_path / "old.ckpt")
+    convert_file(tmp_path / "old.ckpt", tmp_path / "old.ckpt")
     before = predict_smiles(SMILES[:6], checkpoint=tmp_path / "old.ckpt")
     assert list(before.columns) == ["smiles", "y", "error"]
     np.testing.assert_allclose(before["y"], frame["y"], rtol=1e-6)

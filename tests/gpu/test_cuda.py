@@ -22,7 +22,7 @@ from graphs import ATOM_DIMS, BOND_DIMS, random_graph
 from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.grid import GridEngine, GridGraphs
 from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, set_backend
-from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
+from graphormer_sepnorm.nn.compiling import compile_kwargs
 from graphormer_sepnorm.training.batch_statistics import (
     ReestimateGraphTokenStatistics,
 )
@@ -100,7 +100,7 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
     from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
     data = ListDataModule("zinc_subset", synthetic("zinc_subset", 64), batch_size=16,
-                          engine=GridEngine(train_length="longest"))
+                          engine=GridEngine(train_length="longest"), replica_seeds=[0, 1])
     config = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
                               multi_hop_max_dist=5)
     module = PackedGraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],

@@ -7,6 +7,7 @@ from ogb.graphproppred import Evaluator
 from torch_geometric.data import Data
 
 from graphormer_sepnorm import GraphormerCollator, add_shortest_paths
+from graphormer_sepnorm.checkpoints import read_checkpoint, stamp
 from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.training import GraphormerModule
 
@@ -63,9 +64,9 @@ def test_binary_forward_gives_probabilities():
 def test_checkpoint_hparams_are_plain_and_load_weights_only(tmp_path):
     module = tiny(config={"sepnorm": False}, warmup_steps=0.2)
     path = tmp_path / "m.ckpt"
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)},
-               path)
-    ckpt = torch.load(path, weights_only=True)
+    torch.save(stamp({"state_dict": module.state_dict(),
+                      "hyper_parameters": dict(module.hparams)}), path)
+    ckpt = read_checkpoint(path)
     again = GraphormerModule(**ckpt["hyper_parameters"])
     again.load_state_dict(ckpt["state_dict"])
     assert again.hparams["dataset_info"] == INFO

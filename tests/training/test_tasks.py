@@ -115,10 +115,15 @@ def test_calibration_skips_missing_labels_and_one_class_targets():
     assert float(task.logit_scale[1]) == 1.0
 
 
-def test_a_binary_task_saved_before_calibration_loads_uncalibrated():
+def test_a_binary_task_saved_before_calibration_converts_uncalibrated():
+    from graphormer_sepnorm.convert import convert_state_dict
+
     task = BinaryTask(["active"])
     task.logit_scale.fill_(0.5)
-    task.load_state_dict({})  # an old checkpoint's task had no state
+    with pytest.raises(RuntimeError, match="logit_scale"):
+        task.load_state_dict({})  # an old checkpoint's task had no state: convert it first
+    state = convert_state_dict({}, "binary", 1)
+    task.load_state_dict({k.removeprefix("task."): v for k, v in state.items()})
     assert torch.equal(task.logit_scale, torch.ones(1))
     out = torch.tensor([[-1.0], [2.0]])
     assert torch.equal(task.to_predictions(out), torch.sigmoid(out))
