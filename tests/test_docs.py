@@ -35,8 +35,9 @@ REPO_ROOTS = (".ci", "benchmarks", "configs", "docs", "examples", "gpu", "grapho
 #: paper's table, not run yet).
 OUTPUTS = ("runs/", "data/", "mirror/", "lightning_logs/", "docs/_build/", "gpu/bundle/",
            "results/<name>.", "results/paper_table.")
-#: Files named inside the package (``nn/cpu/encoder.py``) are read under graphormer_sepnorm/.
-PACKAGE_FILES = (".py", ".c", ".json")
+#: Modules named inside the package (``nn/cpu/encoder.py``) are read under graphormer_sepnorm/;
+#: other files there are named in full (``data/x.json`` is an output, not ``data/`` of the package).
+PACKAGE_FILES = (".py", ".c")
 PATH = re.compile(r"(?<![\w./~$-])[\w.][\w.-]*(?:/[\w.*<>-]+)+/?")
 ROLE = re.compile(r"\{[\w:-]+\}`[^`]*`|^```\{toctree\}.*?^```", re.S | re.M)
 
