@@ -236,10 +236,34 @@ def test_scale_out(workspace):
     assert again.trainer.global_step == 4 and again.trainer.log_dir == resumable.trainer.log_dir
 
 
+def python_blocks(page: Path, section: str | None = None) -> list[str]:
+    """The ```python blocks of a Markdown page (of its ``## section`` only), in order.
+
+    Each is padded with the newlines before it, so that a traceback gives the page's line.
+    """
+    text = page.read_text()
+    start, end = 0, len(text)
+    if section is not None:
+        start = re.search(rf"^## {re.escape(section)}$", text, re.M).end()
+        after = re.search(r"^## ", text[start:], re.M)
+        end = start + after.start() if after else end
+    return ["\n" * text[:m.start(1)].count("\n") + m.group(1)
+            for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)
+            if start <= m.start() < end]
+
+
+def run_python_blocks(page: Path, section: str | None = None) -> dict:
+    """Runs :func:`python_blocks` one after the other in one namespace, and returns it."""
+    blocks = python_blocks(page, section)
+    assert blocks, f"{page} has no python block" + (f" under ## {section}" if section else "")
+    namespace: dict = {"__name__": "__page__"}
+    for block in blocks:
+        exec(compile(block, str(page), "exec"), namespace)
+    return namespace
+
+
 def test_readme_python_example_runs():
-    code = re.search(r"## In Python\n\n```python\n(.*?)```", README.read_text(), re.S).group(1)
-    namespace: dict = {}
-    exec(compile(code, str(README), "exec"), namespace)
+    namespace = run_python_blocks(README, "In Python")
     assert tuple(namespace["predictions"].shape) == (3, 1)
     assert tuple(namespace["embeddings"].shape) == (3, 80)
     assert len(namespace["attention"]) == 12
