@@ -273,7 +273,7 @@ def exempt_untrained(optimizer: torch.optim.Optimizer, packed: PackedReplicas) -
     """Makes ``optimizer``'s steps leave the elements of ``packed.flat`` forward never trains.
 
     A single run's AdamW skips a parameter without gradient, weight decay included (the last
-    layer's atom norms: :attr:`PackedReplicas.trained` is 0 there). Packed, such an element has a
+    layer's atom norms: ``PackedReplicas.trained`` is 0 there). Packed, such an element has a
     zero gradient in ``flat.grad``, so AdamW's update leaves it and only weight decay would move
     it: hooks on the optimizer keep the ``[R, n]`` untrained elements before each step and put
     them back after it. The optimizer's own update stays one pass (its fused kernel); the
