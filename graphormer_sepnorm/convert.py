@@ -20,6 +20,7 @@ a file that has it already):
   config or ``None``;
 - a CSV datamodule saved before scaffold ties were hashed gets ``scaffold_ties: file_order``,
   so that its test split is still the one it was fit beside;
+- a packed fit's optimizer state from ``FlatAdamW`` becomes torch's fused AdamW's;
 - the format version (:data:`~graphormer_sepnorm.checkpoints.FORMAT_KEY`) is stamped.
 
 Everything else (optimizer and loop states, ``model_card``, metrics) is kept as it is, so a
@@ -142,6 +143,24 @@ def convert_datamodule(hparams: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def convert_optimizer_states(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Packed fits' ``FlatAdamW`` states as torch's fused AdamW's (which replaced it).
+
+    Its parameter groups held a ``decay_mask`` and ``capturable`` steps; the moments and step
+    counts carry over as they are.
+    """
+    out = []
+    for state in states:
+        groups = []
+        for group in state.get("param_groups", []):
+            if "decay_mask" in group:
+                group = {k: v for k, v in group.items() if k != "decay_mask"}
+                group.update(capturable=False, fused=True)
+            groups.append(group)
+        out.append({**state, "param_groups": groups})
+    return out
+
+
 def convert(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     """``checkpoint`` (a dict from ``torch.load``) in the current format.
 
@@ -163,6 +182,8 @@ def convert(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     convert_gp(out, float((checkpoint.get("hyper_parameters") or {}).get("gp_weight", 0.0)))
     if "ensemble" in out:
         out["ensemble"] = convert_ensemble(out["ensemble"])
+    if "optimizer_states" in out:
+        out["optimizer_states"] = convert_optimizer_states(out["optimizer_states"])
     if "datamodule_hyper_parameters" in out:
         out["datamodule_hyper_parameters"] = convert_datamodule(
             out["datamodule_hyper_parameters"])

@@ -138,6 +138,23 @@ def test_datamodule_settings_of_earlier_formats_convert():
     assert convert_datamodule(hashed)["scaffold_ties"] == "hashed"
 
 
+def test_flat_adamw_states_of_packed_fits_convert_to_torchs_adamw():
+    flat = torch.nn.Parameter(torch.randn(2, 5))
+    flat.grad = torch.randn(2, 5)
+    optimizer = torch.optim.AdamW([flat], lr=0.1, fused=True)
+    optimizer.step()
+    saved = optimizer.state_dict()
+    old = {**saved, "param_groups": [{k: v for k, v in g.items() if k not in ("fused",)}
+                                     | {"decay_mask": torch.ones(5), "capturable": True}
+                                     for g in saved["param_groups"]]}
+    new = convert({"optimizer_states": [old]})["optimizer_states"][0]
+    assert new["param_groups"][0]["fused"] and not new["param_groups"][0]["capturable"]
+    assert "decay_mask" not in new["param_groups"][0]
+    again = torch.optim.AdamW([flat], lr=0.1, fused=True)
+    again.load_state_dict(new)
+    again.step()  # resumes
+
+
 def test_checkpoints_written_by_lightning_are_stamped_and_round_trip(tmp_path):
     info = {"task": "regression", "target_names": ["y"], "atom_feature_dims": [5, 3],
             "edge_feature_dims": [4, 2]}

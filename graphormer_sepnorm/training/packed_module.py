@@ -13,11 +13,14 @@ from graphormer_sepnorm.checkpoints import FORMAT_KEY, FORMAT_VERSION
 from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.compiling import compiled
 from graphormer_sepnorm.nn.config import GraphormerConfig
-from graphormer_sepnorm.training.flat_adamw import FlatAdamW
 from graphormer_sepnorm.training.init_from import InitReport, init_model_from
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
-from graphormer_sepnorm.training.packed import PackedReplicas
+from graphormer_sepnorm.training.packed import (
+    PackedReplicas,
+    clip_grad_norm_per_replica,
+    exempt_untrained,
+)
 
 
 class PackedGraphormerModule(GraphormerModule):
@@ -102,25 +105,24 @@ class PackedGraphormerModule(GraphormerModule):
         return total
 
     def configure_optimizers(self) -> dict[str, Any]:
-        """:class:`~.flat_adamw.FlatAdamW` on the replicas' flat parameters, the schedule."""
-        if self.hparams.get("head_lr") not in (None, self.hparams["lr"]):
-            raise ValueError("head_lr is for a single model, not packed replicas")
-        group = {"params": [self.model.flat], "decay_mask": self.model.trained}
-        optimizer = FlatAdamW([group], lr=self.hparams["lr"],
-                              weight_decay=self.hparams["weight_decay"],
-                              compile=self.hparams["compile"] if self._compiled else None)
-        return adamw_with_schedule(self, self.hparams, self.trainer, optimizer)
+        """A single run's AdamW (fused) and schedule, on the replicas' flat parameters.
+
+        Weight decay skips what a single run's would (:func:`~.packed.exempt_untrained`).
+        """
+        configured = adamw_with_schedule(self, self.hparams, self.trainer)
+        exempt_untrained(configured["optimizer"], self.model)
+        return configured
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Clips each replica's gradient by its own norm (or by value), in the optimizer's step.
-
-        The clipping is done by :meth:`FlatAdamW.step <.flat_adamw.FlatAdamW.step>`, fused
-        with the update; here it only learns the setting.
-        """
-        getattr(optimizer, "optimizer", optimizer).clip(gradient_clip_val,
-                                                         gradient_clip_algorithm)
+        """Clips each replica's gradient by its own norm (or every element by value)."""
+        if not gradient_clip_val:
+            return
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(self.model.flat, gradient_clip_val)
+        else:
+            clip_grad_norm_per_replica([self.model.flat], gradient_clip_val)
 
     def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Any, loss: Any) -> None:
         out = self.evaluated(batch)  # one batch for all replicas: [R, B, T]

@@ -121,12 +121,15 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
 
 
 def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
-    """As ``tests/training/test_packed.py`` on the CPU: packed training's own AdamW (flat, each
-    replica clipped by its own norm, weight decay only where a parameter is trained), whose
-    decay skips the parameters no loss reaches (the last layer's atom norms), as
-    ``torch.optim.AdamW`` skips them in a single run (their gradient is ``None`` there)."""
-    from graphormer_sepnorm.training.flat_adamw import FlatAdamW
-    from graphormer_sepnorm.training.packed import PackedReplicas
+    """As ``tests/training/test_packed.py`` on the CPU: packed training's AdamW (fused, on the
+    flat parameter, each replica clipped by its own norm), whose decay skips the parameters no
+    loss reaches (the last layer's atom norms), as ``torch.optim.AdamW`` skips them in a single
+    run (their gradient is ``None`` there)."""
+    from graphormer_sepnorm.training.packed import (
+        PackedReplicas,
+        clip_grad_norm_per_replica,
+        exempt_untrained,
+    )
 
     data = graphs()
     store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
@@ -139,15 +142,15 @@ def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
                                         for _ in range(2)]) for _ in range(4)]).to(DEVICE)
     singles = [copy.deepcopy(first), copy.deepcopy(second)]
     packed = PackedReplicas([first, second])
-    optimizer = FlatAdamW([{"params": [packed.flat], "decay_mask": packed.trained}], lr=1e-2,
-                          weight_decay=0.01)
-    optimizer.clip(0.05)
+    optimizer = torch.optim.AdamW([packed.flat], lr=1e-2, weight_decay=0.01, fused=True)
+    exempt_untrained(optimizer, packed)
     for index in batches:
         batch = store.batch(index, 32)
         loss = sum(torch.nn.functional.mse_loss(o, y.to(o.dtype)) for o, y in
                    zip(packed(batch), batch.y, strict=True))
         optimizer.zero_grad()
         loss.backward()
+        clip_grad_norm_per_replica([packed.flat], 0.05)
         optimizer.step()
     for r, single in enumerate(singles):
         optimizer = torch.optim.AdamW(single.parameters(), lr=1e-2, weight_decay=0.01)
