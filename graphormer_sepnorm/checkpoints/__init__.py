@@ -25,9 +25,9 @@ __all__ = ["BUNDLED_CHECKPOINTS", "DEFAULT_CHECKPOINT", "FORMAT_KEY", "FORMAT_VE
            "CheckpointError", "bundled_checkpoint_path", "read_checkpoint", "require_current",
            "resolve_checkpoint", "stamp"]
 
-#: The key of a checkpoint's format version, and the version this code reads and writes. Files
-#: without the key are format 1 (written before it existed).
+#: The key of a checkpoint's format version (files without it are format 1).
 FORMAT_KEY = "graphormer_sepnorm_format"
+#: The format version this code reads and writes.
 FORMAT_VERSION = 2
 
 #: Checkpoints shipped inside the package, by name (``graphormer_sepnorm/checkpoints/<name>.ckpt``).

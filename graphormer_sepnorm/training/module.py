@@ -86,7 +86,7 @@ class GraphormerModule(LightningModule):
         init_from: a checkpoint whose model weights start this one at fit start (fine-tuning;
             see :func:`~graphormer_sepnorm.training.init_from.init_model_from`): a head of
             another shape and encoders of other feature dims start afresh. A resumed fit's
-            checkpoint, or one loaded with :meth:`load_from_checkpoint`, takes precedence.
+            checkpoint, or one loaded with ``load_from_checkpoint``, takes precedence.
             ``None`` or ``'none'``: from scratch (default).
         lr: peak learning rate. Default: 2e-4.
         head_lr: peak learning rate of the head alone (a fresh head on a pretrained encoder

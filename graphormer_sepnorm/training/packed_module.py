@@ -34,9 +34,9 @@ class PackedGraphormerModule(GraphormerModule):
     BatchNorm statistics, and its gradient is clipped by its own norm.
 
     Logged: ``train/loss`` (the replicas' mean), ``val/<metric>_seed<s>`` per replica and
-    ``val/<metric>`` their mean (what a config's ``ModelCheckpoint`` monitors; its checkpoints
+    ``val/<metric>`` their mean (what the best checkpoint monitors; its checkpoints
     hold all replicas), likewise for ``test``. Each replica's best checkpoint, in a single run's
-    format (loads with :meth:`GraphormerModule.load_from_checkpoint`, predicts, tests), goes to
+    format (loads with ``GraphormerModule.load_from_checkpoint``, predicts, tests), goes to
     ``<log dir>/replicas/seed<s>.ckpt`` whenever its validation metric improves.
     """
 
