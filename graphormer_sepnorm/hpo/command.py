@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,7 +122,8 @@ def resolved_config(args: argparse.Namespace, overrides: list[str]) -> dict[str,
     configs = [a for c in args.config for a in ("--config", c)]
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
             cli_main(["fit", *configs, *overrides, "--print_config"])
     except SystemExit as e:
         if e.code not in (0, None):
