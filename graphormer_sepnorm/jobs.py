@@ -76,7 +76,7 @@ def slurm_preamble(name: str, folder: Path, tasks: int, sbatch: Sequence[str],
         folder: where the tasks' ``slurm-<job>_<task>.out`` go.
         tasks: the array's size.
         sbatch: further ``#SBATCH`` options without their dashes (``time=04:00:00``).
-        comment: lines saying what the script does (``# `` is prepended).
+        comment: lines saying what the script does (each becomes a ``#`` comment).
 
     Returns:
         The ``#SBATCH`` lines, the comment, ``set -euo pipefail``, ``cd`` to this folder, and

@@ -250,3 +250,36 @@ def test_without_optuna_the_command_says_how_to_install_it(monkeypatch, capsys):
         hpo.run()
     assert info.value.code == 2
     assert "pip install 'graphormer-sepnorm[hpo]'" in capsys.readouterr().err
+
+
+def test_a_trial_stopped_by_max_time_is_released_and_continued(tmp_path, tiny, monkeypatch):
+    """The worker's side of an exit 3 (the fit's side: tests/test_time_limit.py), with the study
+    in a database this time; the fits are stand-ins."""
+    from graphormer_sepnorm.hpo import command
+
+    calls = []
+
+    def fit(cmd, log, env):
+        calls.append(cmd)
+        if len(calls) == 1:
+            return 3, None  # stopped by --trainer.max_time
+        pruning = next(a for a in cmd if a.startswith("--trainer.callbacks+="))
+        result = json.loads(pruning.split("+=", 1)[1])["init_args"]["result"]
+        Path(result).write_text(json.dumps({"metric": "val/mae_blend", "value": 0.5,
+                                            "pruned": False}))
+        return 0, 600.0
+
+    monkeypatch.setattr(command, "spawn", fit)
+    argv = hpo_argv(tmp_path, "timed", "--trials", "1", "--max-time", "00:01:00:00",
+                    "--storage", f"sqlite:///{tmp_path / 'study.db'}")
+    assert main(argv) == 3
+    folder = tmp_path / "runs" / "timed"
+    assert json.loads((folder / "trial_0000" / "heartbeat.json").read_text())["released"]
+    assert "--trainer.max_time" in calls[0] and "--ckpt_path" in calls[0]
+    assert main(argv) == 0  # the same command continues trial 0: no second trial
+    assert calls[1][:calls[1].index("--trainer.max_time")] == \
+        calls[0][:calls[0].index("--trainer.max_time")]
+    rows = read_rows(folder / "trials.csv")
+    assert [(r["number"], r["state"], r["value"], r["peak_rss_mb"]) for r in rows] == [
+        ("0", "COMPLETE", "0.5", "600")]
+    assert not (folder / "study.journal").exists()

@@ -30,6 +30,7 @@ from graphormer_sepnorm.hpo.space import stacked
 __all__ = ["FIELDS", "trial_rows", "write_best", "write_importances", "write_reports",
            "write_trials"]
 
+#: The columns of ``trials.csv`` before the parameters'.
 FIELDS = ["number", "state", "value", "metric", "epochs", "start", "end", "seconds",
           "peak_rss_mb"]
 

@@ -1,7 +1,7 @@
 """The study's storage, and which worker runs which trial: claims, heartbeats, stale trials.
 
 A study lives in one folder, ``runs/hpo/<name>/``: Optuna's journal file ``study.journal``
-(:class:`optuna.storages.JournalStorage`, a plain file that processes on several machines
+(Optuna's ``JournalStorage``, a plain file that processes on several machines
 append to under Optuna's own lock), or a database given by URL, and a folder per trial,
 ``trial_0000/``, where the trial's fit logs and checkpoints.
 
@@ -15,7 +15,7 @@ takes it over, when its heartbeat file is missing, says it was released (the fit
 exists, or was last touched more than ``grace`` seconds ago (another host). The worker that
 takes it over continues the fit from its ``last.ckpt`` with the parameters the journal holds.
 Claims are made under a lock file beside the journal (Optuna's
-:class:`~optuna.storages.journal.JournalFileOpenLock`, made for NFS), so that two workers never
+``JournalFileOpenLock``, made for NFS), so that two workers never
 claim the same trial and the study never gets more trials than asked for.
 """
 
@@ -59,7 +59,7 @@ def trial_dir(folder: Path, number: int) -> Path:
 
 
 def trial_handle(study: optuna.Study, number: int) -> optuna.trial.Trial:
-    """A :class:`optuna.trial.Trial` of the study's trial ``number`` (RUNNING), to report to.
+    """An ``optuna.trial.Trial`` of the study's trial ``number`` (RUNNING), to report to.
 
     Optuna gives a worker its ``Trial`` from ``ask``; a fit that runs in another process, or a
     worker that takes over a stale trial, rebuilds it from the trial's id (Optuna keeps no
