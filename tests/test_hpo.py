@@ -255,7 +255,7 @@ def test_without_optuna_the_command_says_how_to_install_it(monkeypatch, capsys):
 def test_a_trial_stopped_by_max_time_is_released_and_continued(tmp_path, tiny, monkeypatch):
     """The worker's side of an exit 3 (the fit's side: tests/test_time_limit.py), with the study
     in a database this time; the fits are stand-ins."""
-    from graphormer_sepnorm.hpo import command
+    from graphormer_sepnorm.hpo import workers
 
     calls = []
 
@@ -269,7 +269,7 @@ def test_a_trial_stopped_by_max_time_is_released_and_continued(tmp_path, tiny, m
                                             "pruned": False}))
         return 0, 600.0
 
-    monkeypatch.setattr(command, "spawn", fit)
+    monkeypatch.setattr(workers, "spawn", fit)
     argv = hpo_argv(tmp_path, "timed", "--trials", "1", "--max-time", "00:01:00:00",
                     "--storage", f"sqlite:///{tmp_path / 'study.db'}")
     assert main(argv) == 3

@@ -6,7 +6,8 @@ the trial's values as command-line overrides of the recipe; the study is one fil
 or in a SLURM array, share. Running the same command again continues the study; a trial whose
 worker died is continued from its ``last.ckpt``. The modules:
 
-- :mod:`~graphormer_sepnorm.hpo.command`: the command, its workers and its SLURM array;
+- :mod:`~graphormer_sepnorm.hpo.command`: the command and its SLURM array;
+- :mod:`~graphormer_sepnorm.hpo.workers`: the workers: claim a trial, run its fit, tell its end;
 - :mod:`~graphormer_sepnorm.hpo.space`: search spaces (YAML of the CLI's keys and ranges);
 - :mod:`~graphormer_sepnorm.hpo.study`: the storage, claims, heartbeats and stale trials;
 - :mod:`~graphormer_sepnorm.hpo.pruning`: the callback each trial's fit reports through;
