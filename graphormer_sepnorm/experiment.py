@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,11 +47,11 @@ from graphormer_sepnorm.experiment_results import (
     summary_table,
     write_markdown,
 )
+from graphormer_sepnorm.jobs import CLI, duration, logger_args, seconds, slurm_preamble, spawn
 
 __all__ = ["FIELDS", "Cell", "append_row", "cells", "commands", "main", "mean_std",
-           "read_rows", "slurm_script", "summary_table"]
+           "read_rows", "slurm_script", "summary_table", "duration", "seconds", "spawn"]
 NORMS = {"sepnorm": "true", "sharenorm": "false"}
-CLI = ["-m", "graphormer_sepnorm.cli"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -122,9 +120,7 @@ def cli_args(args: argparse.Namespace, cell: Cell) -> list[str]:
     out += ["--seed_everything", seed, "--data.init_args.seed", seed,
             "--model.config.sepnorm", NORMS[cell.norm], "--trainer.accelerator", args.accelerator,
             "--trainer.devices", str(args.devices), "--trainer.enable_progress_bar", "false",
-            "--trainer.logger.class_path", "lightning.pytorch.loggers.CSVLogger",
-            "--trainer.logger.init_args.save_dir", str(folder.parent),
-            "--trainer.logger.init_args.name", folder.name]
+            *logger_args(folder)]
     return out + budget_args(args) + list(args.extra)
 
 
@@ -141,33 +137,6 @@ def commands(args: argparse.Namespace, cell: Cell, max_time: str | None) -> list
     return [fit, *([*CLI, "test", *shared, "--trainer.logger.init_args.version",
                     f"test-seed{s}", "--ckpt_path", str(folder / "fit/replicas" / f"seed{s}.ckpt")]
                    for s in cell.seeds)]
-
-
-def duration(seconds: float) -> str:
-    """``DD:HH:MM:SS`` (Lightning's ``max_time`` format) of whole ``seconds``."""
-    minutes, secs = divmod(max(int(seconds), 0), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours // 24:02d}:{hours % 24:02d}:{minutes:02d}:{secs:02d}"
-
-
-def seconds(text: str) -> int:
-    """The seconds of ``DD:HH:MM:SS``."""
-    days, hours, minutes, secs = (int(x) for x in text.split(":"))
-    return ((days * 24 + hours) * 60 + minutes) * 60 + secs
-
-
-def spawn(cmd: list[str], log: Path) -> tuple[int, float | None]:
-    """Runs ``python cmd`` with its output in ``log``; its exit status and peak RSS in MB.
-
-    The RSS is the process's and its children's peak, where ``os.wait4`` measures it.
-    """
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, *cmd], stdout=out, stderr=subprocess.STDOUT)
-        if not hasattr(os, "wait4"):
-            return proc.wait(), None
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024  # KiB on Linux
 
 
 def run_cell(args: argparse.Namespace, cell: Cell, deadline: float | None) -> str:
@@ -224,16 +193,12 @@ def gather(args: argparse.Namespace, extra: dict[Cell, dict[str, object]] | None
 
 def slurm_script(args: argparse.Namespace, todo: list[Cell]) -> str:
     """The job array: a task per cell of ``todo``, then the gathering of the results."""
-    folder = args.runs_dir / args.name
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={args.name}",
-             f"#SBATCH --array=0-{len(todo) - 1}", f"#SBATCH --output={folder}/slurm-%A_%a.out",
-             *(f"#SBATCH --{option}" for option in args.sbatch),
-             "# Written by graphormer-sepnorm-experiment --slurm. Task i: cell i's fit, continued",
-             "# from its last.ckpt (--ckpt_path last), then the test of its best checkpoint, then",
-             f"# the finished cells' rows into {args.results_dir}/{args.name}.csv and .md. A fit",
-             "# stopped by --trainer.max_time exits 3: run --slurm and sbatch again to go on.",
-             "set -euo pipefail", f"cd {shlex.quote(os.getcwd())}",
-             f"PYTHON=${{PYTHON:-{shlex.quote(sys.executable)}}}", 'case "$SLURM_ARRAY_TASK_ID" in']
+    comment = ["Written by graphormer-sepnorm-experiment --slurm. Task i: cell i's fit, continued",
+               "from its last.ckpt (--ckpt_path last), then the test of its best checkpoint, then",
+               f"the finished cells' rows into {args.results_dir}/{args.name}.csv and .md. A fit",
+               "stopped by --trainer.max_time exits 3: run --slurm and sbatch again to go on."]
+    lines = [*slurm_preamble(args.name, args.runs_dir / args.name, len(todo), args.sbatch,
+                             comment), 'case "$SLURM_ARRAY_TASK_ID" in']
     for k, cell in enumerate(todo):
         lines.append(f"{k})  # {cell.name}")
         lines += [f'    "$PYTHON" {shlex.join(cmd)}' for cmd in commands(args, cell, args.max_time)]
