@@ -1,19 +1,10 @@
-"""Biased softmax attention with dropout for the CPU: head-dim-major layout, lean on memory.
+"""Biased softmax attention with dropout for the CPU, head dim before positions (the torch path).
 
-Two things make it faster and lighter than plain autograd on the CPU:
-
-- **Layout.** Queries, keys and values come as ``[G, d, L]`` (head dim before positions) and the
-  output leaves as ``[G, d, Lq]``. With a head dim of 10, MKL's batched products whose output
-  has only ``d`` columns (``P @ V`` and three of the backward products) run at a third of the
-  speed of the same products computed transposed, with ``L`` columns (measured: 5 against 16
-  GFLOP/s for 1,024 matrices of 29 x 29 by 29 x 10). Computing ``(P V)^T = V^T P^T`` and
-  friends costs no extra copy: the heads have to be moved out of the token-major projection
-  anyway.
-- **Memory.** Plain autograd keeps three ``[G, Lq, L]`` float tensors per layer (the
-  probabilities for the softmax, the float dropout mask and the dropped probabilities for the
-  product with ``V``). This keeps the probabilities and a ``uint8`` mask (5 bytes a score
-  instead of 12), or, for large score tensors, only its inputs and the seed of its mask,
-  recomputing the rest in backward.
+Queries, keys and values come as ``[G, d, L]``: with ``d = 10``, MKL's batched products with
+only ``d`` output columns run at a third of the speed of the same products transposed (5
+against 16 GFLOP/s for 1,024 matrices of 29 x 29 by 29 x 10). Backward keeps the probabilities
+and a ``uint8`` mask (5 bytes a score where autograd keeps 12), or for large score tensors only
+the inputs and the mask's seed.
 """
 
 from __future__ import annotations
@@ -22,8 +13,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from graphormer_sepnorm.nn.cpu.drop_rate import keep_scale
 from graphormer_sepnorm.nn.cpu.dropout import keep_mask
+from graphormer_sepnorm.nn.cpu.native import keep_scale
 from graphormer_sepnorm.nn.cpu.native.fused_attention import RECOMPUTE_ABOVE
 
 
@@ -91,10 +82,8 @@ def biased_attention(q_t: Tensor, k_t: Tensor, v_t: Tensor, bias: Tensor, scale:
         scale: multiplies the scores, usually ``d ** -0.5``.
         p: dropout on the probabilities, with the mask of
             :func:`~graphormer_sepnorm.nn.cpu.dropout.keep_mask`. Default: 0.
-        recompute: keep only the inputs and recompute the scores in backward (one more
-            ``baddbmm`` and softmax) instead of keeping probabilities and mask. Default: only
-            for score tensors above :data:`RECOMPUTE_ABOVE` elements, i.e. batches of large
-            molecules, whose scores would dominate memory.
+        recompute: keep only the inputs and recompute the scores in backward instead of
+            keeping probabilities and mask. Default: above :data:`RECOMPUTE_ABOVE` scores.
 
     Returns:
         ``[G, d, Lq]``: the attention output, transposed.

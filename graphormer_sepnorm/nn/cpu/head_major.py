@@ -1,18 +1,11 @@
-"""CPU attention block in the head-major layout: projections straight into ``[H * B, d, L]``.
+"""CPU attention blocks with the projections computed transposed, straight into ``[H * B, d, L]``.
 
-:func:`~graphormer_sepnorm.nn.cpu.attention_core.biased_attention` wants queries, keys and values
-as ``[G, d, L]`` (head dim before positions). Getting there from the usual token-major
-projection ``[B * L, 3 * D]`` takes a transposing copy of every projected token in forward and
-another in backward: ~10% of a ZINC training step on one core (measured), since those copies
-move runs of only ``d = 10`` floats.
-
-Here the projection is computed transposed, ``W x^T`` (``[3 * D, B * L]``), with the weight's
-rows reordered so that head is the fastest-varying feature index: then, for the batch order
-``g = h * B + b`` (head-major), every ``[d, L]`` matrix of queries, keys and values is a view
-with one batch stride (``L``). Backward writes the three gradients back with copies that move
-whole runs of ``L`` floats. The attention output ``[G, d, Lq]`` goes to the output projection
-the same way, as ``[D, B * Lq]`` with head-minor rows. The parameters keep nn.Linear's usual
-layout (checkpoints are unchanged); the reordering of a ``[3 * D, D]`` weight is negligible.
+From the token-major projection ``[B * L, 3 * D]``, the ``[G, d, L]`` layout of
+:func:`~.attention_core.biased_attention` takes transposing copies of runs of ``d = 10`` floats,
+~10% of a ZINC training step on one core. Here ``W x^T`` (``[3 * D, B * L]``) with the weight's
+rows head-minor (:func:`head_minor_rows`) makes every ``[d, L]`` matrix of the head-major batch
+``g = h * B + b`` a view; backward copies runs of ``L`` floats. Parameters keep ``nn.Linear``'s
+layout.
 """
 
 from __future__ import annotations
@@ -101,9 +94,7 @@ def attend_groups_fused(tokens: Tensor, qkv_weight: Tensor, qkv_bias: Tensor,
                         dropout_p: float = 0.0) -> Tensor:
     """:func:`attend_head_major` for all size groups at once, through the fused C kernel.
 
-    The groups' tokens come packed, so each projection is one product and the attention one
-    autograd node whatever the number of groups (per group, the split, the products, the
-    padding and the concatenation cost some 40 operator calls a layer, forward and backward).
+    One product per projection and one autograd node whatever the number of groups.
 
     Args:
         tokens: ``[T, D]`` normalized tokens, group after group, each graph cut to its group's
