@@ -1,21 +1,9 @@
 """A dataset split stored once on a device, and static-shape batches gathered there.
 
-The collator builds every batch on the host: shortest-path walks, hop lists whose lengths
-change with every batch, a host-to-device copy. A GPU step of Graphormer-slim is a few
-milliseconds, so that work, and the shapes that change every step, would bound it.
-:class:`GridGraphs` does the walks once per split and keeps the results on the device, flat:
-
-- per atom: its features and degree;
-- per graph: its atom count and the offsets of its atoms and pairs;
-- per pair ``(i, j)`` of each graph (``N_g^2`` of them): the hop distance and the edge *type* of
-  each hop of one shortest path, ``S = min(K, longest path)`` slots (uint8 while there are at
-  most 255 edge types).
-
-A batch is then a few index gathers on the device, a
-:class:`~graphormer_sepnorm.data.batch.GridBatch` (every position of the padded ``[B, N]``
-grid, every pair of ``[B, N, N]``): its shapes depend only on ``B``, ``N`` and ``S``, nothing
-reads a value back to the host, so a step can be compiled or captured once per shape. The model
-computes exactly what it computes from the collator's batch of the same graphs.
+:class:`GridGraphs` walks the shortest paths once and keeps, flat: per atom its features and
+degree; per graph its atom count and offsets; per pair ``(i, j)`` the hop distance and the edge
+*type* of each hop of one shortest path (``S = min(K, longest path)`` slots). A batch is a few
+index gathers on the device that read nothing back to the host.
 """
 
 from __future__ import annotations
@@ -29,7 +17,7 @@ from torch_geometric.data import Data
 
 from graphormer_sepnorm.data.batch import GridBatch, as_long_2d
 from graphormer_sepnorm.data.collate import GraphormerCollator
-from graphormer_sepnorm.data.transform import add_shortest_paths
+from graphormer_sepnorm.data.shortest_paths import add_shortest_paths
 from graphormer_sepnorm.nn.compiling import compiled
 
 #: Graphs walked per collator call while building.
@@ -100,11 +88,9 @@ class GridGraphs:
     def batch(self, index: Tensor, length: int) -> GridBatch:
         """The graphs ``index`` (``[..., B]`` long, on the device) padded to ``length`` atoms.
 
-        Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field
-        (:attr:`GridBatch.stacked <graphormer_sepnorm.data.batch.GridBatch.stacked>`).
-        ``length`` must be at least the largest atom count among them (see :meth:`length_for`).
-        On CUDA the gathers are one compiled function (dynamic shapes: compiled once), a
-        handful of kernels instead of about 28 launches (:func:`gathers_compiled`).
+        Leading dimensions (``[R, B]`` for packed replicas) stay leading in every field;
+        ``length`` is at least their largest atom count (:meth:`length_for`). On CUDA the
+        gathers are one compiled function, a handful of kernels instead of about 28 launches.
         """
         gather = self._gather
         if gathers_compiled(index.device):
@@ -163,11 +149,7 @@ class GridGraphs:
                 None if self.mol_x is None else self.mol_x[index])
 
     def length_for(self, index: np.ndarray, multiple: int = 8) -> int:
-        """The padded length of a batch of graphs ``index`` (host ints).
-
-        Their largest atom count rounded up to the next of :meth:`lengths`, so that a split's
-        batches take a handful of shapes (each a compiled graph, or a CUDA graph).
-        """
+        """The padded length of graphs ``index`` (host ints): the next of :meth:`lengths`."""
         largest = int(self.sizes[index].max(initial=1))
         lengths = self.lengths(multiple)
         return int(lengths[min(np.searchsorted(lengths, largest), len(lengths) - 1)])
@@ -176,10 +158,8 @@ class GridGraphs:
         """The padded lengths batches take, sorted.
 
         Each multiple of ``multiple`` up to the split's median molecule, then steps of a
-        quarter (rounded up to ``multiple``) up to its largest. ZINC-subset's (9 to 38 atoms,
-        median 23) are 8, 16, 24, 32, 40, every multiple of 8; MolHIV's training split (up to
-        222 atoms) 12 lengths instead of 28: random batches of 128 take 7 of them instead of 23,
-        9% longer on average (103 against 94 atoms).
+        quarter up to its largest: MolHIV's training split takes 12 lengths instead of 28,
+        batches 9% longer on average.
         """
         if multiple not in self._lengths:
             up = lambda n: int(-(-int(np.ceil(n)) // multiple) * multiple)  # noqa: E731
