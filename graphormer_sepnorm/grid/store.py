@@ -62,10 +62,12 @@ class GridGraphs:
         self.sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
         self._lengths: dict[int, np.ndarray] = {}
         self._compiled_gather: Callable[[Tensor, int], tuple[Tensor | None, ...]] | None = None
-        self._aranges: dict[tuple[int, torch.device, torch.dtype], Tensor] = {}
         host = _host_arrays(graphs, multi_hop_max_dist)
         self.hop_slots = host["path"].shape[1]
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
+        # each pair's slot s is hop s: expanded per batch, no memory and no kernel a step
+        self._slots = torch.arange(self.hop_slots, device=device,
+                                   dtype=torch.uint8 if multi_hop_max_dist < 256 else torch.long)
         self.y, self.mol_x = (
             torch.cat([getattr(g, name).reshape(1, -1) for g in graphs]).float().to(device)
             if all(getattr(g, name, None) is not None for g in graphs) else None
@@ -109,27 +111,12 @@ class GridGraphs:
             edge_attr=self.tensors["edge_types"].expand(*lead,
                                                        *self.tensors["edge_types"].shape),
             pair_spd=spd.flatten(-3),
-            # each pair's slot s is hop s (a view: [P, S] of the slots' arange, nothing moved)
-            hop_index=self._arange(self.hop_slots, index.device, self._slot_dtype).expand(
-                hop_edge.shape),
+            hop_index=self._slots.expand(hop_edge.shape),
             hop_edge=hop_edge,
             y=y,
             mol_x=mol_x,
             stacked=bool(lead),
         )
-
-    @property
-    def _slot_dtype(self) -> torch.dtype:
-        """The hop slots' small integer type, as the store's."""
-        return torch.uint8 if self.multi_hop_max_dist < 256 else torch.long
-
-    def _arange(self, size: int, device: torch.device,
-                dtype: torch.dtype = torch.long) -> Tensor:
-        """``arange(size)``, made once per size and dtype (no kernel at each step)."""
-        key = (size, device, dtype)
-        if key not in self._aranges:
-            self._aranges[key] = torch.arange(size, device=device, dtype=dtype)
-        return self._aranges[key]
 
     def _gather(self, index: Tensor, length: int) -> tuple[Tensor | None, ...]:
         """The batch's fields as ``[..., B, N(, N, S)]`` blocks (see :meth:`batch`)."""
