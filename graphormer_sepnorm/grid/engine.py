@@ -11,11 +11,7 @@ from torch.utils.data import Sampler
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.data.batch import GridBatch
-from graphormer_sepnorm.data.resumable import (
-    ResumableBatchSampler,
-    position_state,
-    resume_samplers,
-)
+from graphormer_sepnorm.data.resumable import ResumableBatchSampler, position_state, resume_samplers
 from graphormer_sepnorm.grid.store import GridGraphs
 
 TrainLength = Literal["bucketed", "longest"]
