@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import time
 import warnings
@@ -15,8 +16,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerStatus
 
 from graphormer_sepnorm import datasets
-from graphormer_sepnorm.checkpoints import read_checkpoint
-from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm.checkpoints import CheckpointError, read_checkpoint
+from graphormer_sepnorm.datasets.base import DataError, GraphDataModule
 from graphormer_sepnorm.ensemble.callback import FingerprintGPBlend
 from graphormer_sepnorm.recipes import resolve_configs
 from graphormer_sepnorm.training.checkpointing import DEFAULT_CALLBACKS
@@ -66,13 +67,22 @@ class GraphormerCLI(LightningCLI):
                                  "data has a test split, and print its metrics in the summary")
 
     def fit(self, **kwargs: Any) -> None:
-        """``Trainer.fit``, then the summary block (without the test after Ctrl-C or max_time)."""
+        """``Trainer.fit``, then the summary block (without the test after Ctrl-C or max_time).
+
+        A fit that fails before its first step leaves no run folder behind.
+        """
         started = time.perf_counter()
+        folder = _run_folder(self.trainer)
+        fresh = folder is not None and not folder.exists()
         try:
             self.trainer.fit(**kwargs)
         except (SystemExit, KeyboardInterrupt):  # Lightning exits after Ctrl-C
             if self.trainer.state.status == TrainerStatus.INTERRUPTED:
                 self._summary(started, interrupted=True, test="not run (interrupted)")
+            raise
+        except Exception:
+            if fresh and self.trainer.global_step == 0 and self.trainer.is_global_zero:
+                shutil.rmtree(folder, ignore_errors=True)
             raise
         test: Any = None
         if stopped_by_time(self.trainer):
@@ -116,6 +126,13 @@ class GraphormerCLI(LightningCLI):
             if error is not None:
                 print(f"graphormer-sepnorm {self.subcommand}: error: {error}", file=sys.stderr)
                 raise SystemExit(2)
+
+
+def _run_folder(trainer: Any) -> Path | None:
+    """The logger's folder for this run (not created here), if the fit has a logger."""
+    logger = getattr(trainer, "logger", None)
+    folder = getattr(logger, "log_dir", None) if logger is not None else None
+    return None if folder is None else Path(folder)
 
 
 def resolve_last(config: Namespace, subcommand: str) -> None:
@@ -219,10 +236,18 @@ def run() -> None:
 
     A ``fit`` stopped by ``--trainer.max_time`` before its end exits with
     :data:`EXIT_UNFINISHED`, so that a job script can tell it from a finished one.
-    (:func:`main` returns the CLI object for programmatic use; a console script must not, since
-    ``sys.exit(obj)`` prints it and exits with status 1.)
+    A problem with the user's data or checkpoint (:class:`~.base.DataError`,
+    :class:`~graphormer_sepnorm.checkpoints.CheckpointError`) prints its message,
+    without a traceback, and exits with 2. (:func:`main` returns the CLI object for
+    programmatic use; a console script must not, since ``sys.exit(obj)`` prints it and exits
+    with status 1.)
     """
-    cli = main()
+    try:
+        cli = main()
+    except (DataError, CheckpointError) as e:  # the user's data or file: no traceback
+        command = " ".join(["graphormer-sepnorm", *sys.argv[1:2]])
+        print(f"{command}: error: {e}", file=sys.stderr)
+        sys.exit(2)
     if getattr(cli, "subcommand", None) == "fit" and stopped_by_time(cli.trainer):
         sys.exit(EXIT_UNFINISHED)
 

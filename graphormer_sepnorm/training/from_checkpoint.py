@@ -47,6 +47,8 @@ def with_checkpoint_data(args: list[str]) -> list[str]:
 
     Only for ``validate``/``test``/``predict`` with ``--ckpt_path`` naming a file whose
     checkpoint records its datamodule, and no ``--data`` or ``--data.class_path`` given.
+    Without a ``--config`` or ``--trainer.logger``, the run logs into the checkpoint's run
+    folder (:func:`run_logger`).
     """
     if not args or args[0] not in EVALUATING or _gives_data(args[1:]):
         return args
@@ -56,7 +58,23 @@ def with_checkpoint_data(args: list[str]) -> list[str]:
     data = checkpoint_data(ckpt)
     if data is None:
         return args
-    return [args[0], "--data", json.dumps(data), *args[1:]]
+    logger = []
+    if not any(a.startswith(("--config", "--trainer.logger")) for a in args[1:]):
+        logger = ["--trainer.logger", json.dumps(run_logger(Path(ckpt), args[0]))]
+    return [args[0], "--data", json.dumps(data), *logger, *args[1:]]
+
+
+def run_logger(checkpoint: Path, subcommand: str) -> dict[str, Any]:
+    """A CSV logger writing into the checkpoint's run folder, ``<run>/<subcommand>/version_k``.
+
+    So that ``test --ckpt_path X`` without a config logs beside the fit, not to
+    ``./lightning_logs``.
+    """
+    folder = checkpoint.parent
+    if folder.name in ("checkpoints", "replicas"):
+        folder = folder.parent
+    return {"class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": str(folder), "name": subcommand}}
 
 
 def missing_data_file(config: Any) -> str | None:

@@ -29,7 +29,7 @@ from graphormer_sepnorm.nn.config import GraphormerConfig
 #: Config fields that may differ between a checkpoint and the model it initializes.
 FREE_FIELDS = frozenset({"num_tasks", "atom_feature_dims", "edge_feature_dims", "dropout",
                          "attention_dropout", "activation_dropout", "sync_batch_norm",
-                         "mol_feature_dim", "head_hidden_dim"})
+                         "mol_feature_dim", "head_hidden_dim", "extra_feature_dim"})
 
 
 def architecture_differences(source: GraphormerConfig, target: GraphormerConfig) -> list[str]:

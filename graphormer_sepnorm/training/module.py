@@ -8,7 +8,6 @@ from typing import Any
 import torch
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
-from torchmetrics import Metric
 from torchmetrics.aggregation import CatMetric
 
 from graphormer_sepnorm.checkpoints import require_current, stamp
@@ -19,7 +18,7 @@ from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
 from graphormer_sepnorm.training.init_from import InitReport, init_model_from
-from graphormer_sepnorm.training.metrics import ExtraMetrics, WeightedMean
+from graphormer_sepnorm.training.metrics import TaskMetrics, WeightedMean
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
 from graphormer_sepnorm.training.tasks import TASKS, make_task
 
@@ -48,8 +47,9 @@ def model_config(config: GraphormerConfig | Mapping[str, Any] | None,
         config = GraphormerConfig.from_dict(config)
     return config.replace(atom_feature_dims=tuple(info["atom_feature_dims"]),
                           edge_feature_dims=tuple(info["edge_feature_dims"]),
-                          num_tasks=len(info["target_names"]),
-                          mol_feature_dim=int(info.get("mol_feature_dim", 0)))
+                          num_tasks=len(info["target_names"]) * int(info.get("num_classes", 1)),
+                          mol_feature_dim=int(info.get("mol_feature_dim", 0)),
+                          extra_feature_dim=len(info.get("feature_columns", [])))
 
 
 class GraphormerModule(LightningModule):
@@ -147,11 +147,9 @@ class GraphormerModule(LightningModule):
         # the config as plain values, data sizes included: checkpoints load with weights_only
         self.save_hyperparameters({"config": config.to_dict()})
         self.model = self.build_model(config)
-        self.task = make_task(info["task"], info["target_names"])
-        self.val_metric = self.task.metric()
-        self.test_metric = self.task.metric()
-        self.val_extra = self.task.extra_metrics()
-        self.test_extra = self.task.extra_metrics()
+        self.task = make_task(info["task"], info["target_names"], info.get("num_classes"))
+        self.val_metrics = self.task.metrics()
+        self.test_metrics = self.task.metrics()
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
         self.val_loss = WeightedMean()
         self.test_loss = WeightedMean()
@@ -229,20 +227,30 @@ class GraphormerModule(LightningModule):
         # new tensor with NaN, to expose reads of memory never written, at a cost on every
         # allocation. No op here reads what it has not written, so runs stay the same.
         torch.utils.deterministic.fill_uninitialized_memory = False
+        datamodule = self._trainer.datamodule if self._trainer is not None else None
+        if self.task.scales_targets and self.task.num_targets > 1 and \
+                hasattr(datamodule, "target_statistics"):
+            # several targets are compared on their training standard deviations
+            stds = [max(s, 1e-8) for s in datamodule.target_statistics()[1]]
+            for metrics in self.modules():
+                if isinstance(metrics, TaskMetrics):
+                    metrics.scale = stds
         if stage != "fit":
             return
-        refuse_size_grouped_batch_norm(self.model, self.trainer.datamodule)
+        refuse_size_grouped_batch_norm(self.model, datamodule)
         init_from = self.hparams.get("init_from")
         if init_from not in (None, "none") and not self._weights_from_checkpoint:
             report = self.init_weights_from(init_from)
             if self.trainer.is_global_zero:
                 print(report, flush=True)
         if self.hparams["standardize_targets"] and self.task.scales_targets:
-            stats = getattr(self.trainer.datamodule, "target_statistics", None)
-            if stats is None:
-                raise ValueError("standardize_targets needs a datamodule with "
-                                 "target_statistics()")
-            self.task.set_scaler(*stats())
+            self.task.set_scaler(*datamodule.target_statistics())
+        if self.config.extra_feature_dim and not self._weights_from_checkpoint:
+            self.set_feature_scaler(*datamodule.feature_statistics())
+
+    def set_feature_scaler(self, mean: list[float], std: list[float]) -> None:
+        """Sets the model's standardization of the table's descriptor columns."""
+        self.model.set_feature_scaler(mean, std)
 
     def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """One optimization step's loss."""
@@ -271,58 +279,61 @@ class GraphormerModule(LightningModule):
         with torch.compiler.set_stance("force_eager"):
             return self.model(batch).float()
 
-    def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
-                  loss: WeightedMean) -> Tensor:
+    def _evaluate(self, batch: GraphormerBatch, stage: str) -> Tensor:
         out = self.evaluated(batch)
         if stage == "val" and self.task.calibrates:
             self.val_outputs.update(torch.cat([out, batch.y.to(out.dtype)], 1))
+        loss = self.val_loss if stage == "val" else self.test_loss
         loss.update(self.task.loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones
         preds = self.task.metric_inputs(out)
-        (self.val_extra if stage == "val" else self.test_extra).update(preds, batch.y)
-        self.task.update_metric(metric, preds, batch.y)
-        self.log(f"{stage}/{self.task.metric_name}", metric, batch_size=batch.num_graphs,
-                 prog_bar=True)
+        (self.val_metrics if stage == "val" else self.test_metrics).update(preds, batch.y)
         return preds
 
     def validation_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
-        """Updates the validation loss and metric.
+        """Updates the validation loss and metrics.
 
         Returns:
-            The metric's inputs (regression: predictions in the targets' units), for callbacks
+            The metrics' inputs (regression: predictions in the targets' units), for callbacks
             such as :class:`~graphormer_sepnorm.ensemble.callback.FingerprintGPBlend`.
         """
-        return self._evaluate(batch, "val", self.val_metric, self.val_loss)
+        return self._evaluate(batch, "val")
 
     def test_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
-        """Updates the test loss and metric; returns the metric's inputs, as validation does."""
-        return self._evaluate(batch, "test", self.test_metric, self.test_loss)
+        """Updates the test loss and metrics; returns the metrics' inputs, as validation does."""
+        return self._evaluate(batch, "test")
 
     def on_validation_epoch_end(self) -> None:
-        """Logs ``val/rmse``, ``val/r2`` or ``val/pr_auc`` (and per-target values).
+        """Logs the validation metrics (:mod:`~graphormer_sepnorm.training.metrics`).
 
-        In a fit, also calibrates the task on the validation outputs (binary: the probabilities'
-        temperature), so the checkpoint saved after this validation predicts with it.
+        In a fit, also calibrates the task on the validation outputs (classifiers: the
+        probabilities' temperature), so the checkpoint saved after this validation predicts
+        with it.
         """
-        self._log_extra("val", self.val_extra)
+        self.log_metrics("val", self.val_metrics)
         if not self.val_outputs.update_count:
             return
         both = self.val_outputs.compute()  # synchronized across processes
         self.val_outputs.reset()
         if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
             t = self.task.num_targets
-            for name, value in self.task.calibrate(both[:, :t], both[:, t:]).items():
+            for name, value in self.task.calibrate(both[:, :-t], both[:, -t:]).items():
                 self.log(f"val/{name}", value, sync_dist=False)
 
     def on_test_epoch_end(self) -> None:
-        """Logs ``test/rmse``, ``test/r2`` or ``test/pr_auc`` (and per-target values)."""
-        self._log_extra("test", self.test_extra)
+        """Logs the test metrics."""
+        self.log_metrics("test", self.test_metrics)
 
-    def _log_extra(self, stage: str, extra: ExtraMetrics) -> None:
+    def log_metrics(self, stage: str, metrics: TaskMetrics, suffix: str = "") -> None:
+        """Logs ``<stage>/<name><suffix>`` for each of ``metrics``' values, then resets them."""
+        if not metrics.update_count:
+            return
         # computed (and synchronized across processes) by torchmetrics, so logged unsynced
-        for name, value in extra.compute().items():
-            self.log(f"{stage}/{name}", value, sync_dist=False)
+        for name, value in metrics.compute().items():
+            self.log(f"{stage}/{name}{suffix}", value, sync_dist=False,
+                     prog_bar=name == self.task.metric_name and not suffix)
+        metrics.reset()
 
     def predict_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """Predictions in the targets' units (probabilities for classification)."""

@@ -43,8 +43,8 @@ class PackedGraphormerModule(GraphormerModule):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.seeds = list(self.hparams["seeds"])
-        self.val_metrics = nn.ModuleList(self.task.metric() for _ in self.seeds)
-        self.test_metrics = nn.ModuleList(self.task.metric() for _ in self.seeds)
+        self.val_metrics = nn.ModuleList(self.task.metrics() for _ in self.seeds)
+        self.test_metrics = nn.ModuleList(self.task.metrics() for _ in self.seeds)
         self.best_val: list[float | None] = [None] * len(self.seeds)
         self._train_losses: Any = None  # replica_losses, compiled with the model
         self._single: list[GraphormerModule] = []  # replica_checkpoint's (not a submodule)
@@ -65,6 +65,13 @@ class PackedGraphormerModule(GraphormerModule):
             report = init_model_from(replica, path)
             self.model.set_replica(index, replica)
         return report
+
+    def set_feature_scaler(self, mean: list[float], std: list[float]) -> None:
+        """Sets every replica's standardization of the table's descriptor columns."""
+        for index in range(len(self.seeds)):
+            replica = self.model.replica(index)
+            replica.set_feature_scaler(mean, std)
+            self.model.set_replica(index, replica)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keeps each replica's best validation metric, so a resumed fit compares with it."""
@@ -124,13 +131,13 @@ class PackedGraphormerModule(GraphormerModule):
         else:
             clip_grad_norm_per_replica([self.model.flat], gradient_clip_val)
 
-    def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Any, loss: Any) -> None:
+    def _evaluate(self, batch: GraphormerBatch, stage: str) -> None:
         out = self.evaluated(batch)  # one batch for all replicas: [R, B, T]
         metrics = self.val_metrics if stage == "val" else self.test_metrics
         losses = torch.vmap(self.task.loss, in_dims=(0, None))(out, batch.y)
         for index, replica_out in enumerate(out):
-            self.task.update_metric(metrics[index], self.task.metric_inputs(replica_out),
-                                    batch.y)
+            metrics[index].update(self.task.metric_inputs(replica_out), batch.y)
+        loss = self.val_loss if stage == "val" else self.test_loss
         loss.update(losses.mean(), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
 
@@ -139,7 +146,7 @@ class PackedGraphormerModule(GraphormerModule):
         values = self._log_replicas("val", self.val_metrics)
         if self.trainer.sanity_checking:
             return
-        sign = 1.0 if self.task.metric_name == "mae" else -1.0  # lower is better for MAE
+        sign = 1.0 if self.task.mode == "min" else -1.0
         for index, value in enumerate(values):
             best = self.best_val[index]
             if best is None or sign * value < sign * best:
@@ -153,12 +160,13 @@ class PackedGraphormerModule(GraphormerModule):
 
     def _log_replicas(self, stage: str, metrics: nn.ModuleList) -> list[float]:
         name = self.task.metric_name
-        values = [float(m.compute()) for m in metrics]
+        values = []
+        for metric in metrics:
+            values.append(float(metric.compute()[name]))
+            metric.reset()
         for seed, value in zip(self.seeds, values, strict=True):
             self.log(f"{stage}/{name}_seed{seed}", value, sync_dist=False)
         self.log(f"{stage}/{name}", sum(values) / len(values), sync_dist=False, prog_bar=True)
-        for m in metrics:
-            m.reset()
         return values
 
     def replica_checkpoint(self, index: int) -> dict[str, Any]:

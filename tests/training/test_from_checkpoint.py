@@ -23,7 +23,12 @@ def test_the_checkpoints_datamodule_comes_first_on_the_command_line(tmp_path):
     assert checkpoint_data(path) == data  # the linked settings come from the model
     args = with_checkpoint_data(["test", "--ckpt_path", path, "--data.path", "b.csv"])
     assert args[:2] == ["test", "--data"] and json.loads(args[2]) == data
-    assert args[3:] == ["--ckpt_path", path, "--data.path", "b.csv"]
+    # without a config, the test logs into the checkpoint's run folder, not ./lightning_logs
+    assert args[3] == "--trainer.logger" and json.loads(args[4])["init_args"] == {
+        "save_dir": str(tmp_path), "name": "test"}
+    assert args[5:] == ["--ckpt_path", path, "--data.path", "b.csv"]
+    configured = with_checkpoint_data(["test", "--config", "c.yaml", "--ckpt_path", path])
+    assert "--trainer.logger" not in configured
     assert with_checkpoint_data(["fit", "--ckpt_path", path]) == ["fit", "--ckpt_path", path]
 
 
