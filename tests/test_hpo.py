@@ -283,3 +283,18 @@ def test_a_trial_stopped_by_max_time_is_released_and_continued(tmp_path, tiny, m
     assert [(r["number"], r["state"], r["value"], r["peak_rss_mb"]) for r in rows] == [
         ("0", "COMPLETE", "0.5", "600")]
     assert not (folder / "study.journal").exists()
+
+
+def test_the_study_direction_follows_the_task():
+    from types import SimpleNamespace
+
+    from graphormer_sepnorm.hpo.command import direction
+
+    def config(task):
+        return {"data": {"init_args": {"task": task}}}
+
+    given = SimpleNamespace(direction=None)
+    assert direction(given, config("regression")) == "minimize"
+    assert direction(given, config("binary")) == "maximize"
+    assert direction(given, config("multiclass")) == "maximize"
+    assert direction(SimpleNamespace(direction="minimize"), config("binary")) == "minimize"

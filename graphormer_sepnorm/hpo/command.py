@@ -53,7 +53,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--workers", type=int, default=1, help="trials at once (SLURM: tasks)")
     p.add_argument("--storage", help="a database URL (default: runs/hpo/NAME/study.journal)")
     p.add_argument("--runs-dir", type=Path, default=Path("runs/hpo"))
-    p.add_argument("--direction", choices=["minimize", "maximize"], default="minimize")
+    p.add_argument("--direction", choices=["minimize", "maximize"],
+                   help="default: the task's (regression minimizes its MAE, classification "
+                        "maximizes its ROC-AUC)")
     p.add_argument("--max-time", help="this command's (a SLURM task's) time, DD:HH:MM:SS")
     p.add_argument("--prune-startup", type=int, default=5,
                    help="the median pruner prunes nothing before this many trials finished")
@@ -107,13 +109,21 @@ def space_path(args: argparse.Namespace) -> Path:
     return bundled
 
 
+def direction(args: argparse.Namespace, config: dict[str, Any]) -> str:
+    """``--direction``, else the task's: minimize a regression's MAE, maximize a ROC-AUC."""
+    if args.direction:
+        return args.direction
+    task = ((config.get("data") or {}).get("init_args") or {}).get("task", "regression")
+    return "minimize" if task == "regression" else "maximize"
+
+
 def open_study(args: argparse.Namespace, storage: str, config: dict[str, Any],
                space: dict[str, spaces.Param], overrides: list[str]) -> optuna.Study:
     """Creates the study with trial 0 queued (the recipe's values), or loads it."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     startup = args.random_trials or max(4, args.trials // 4)
     study = optuna.create_study(
-        study_name=args.name, storage=open_storage(storage), direction=args.direction,
+        study_name=args.name, storage=open_storage(storage), direction=direction(args, config),
         sampler=optuna.samplers.TPESampler(n_startup_trials=startup, constant_liar=True),
         pruner=optuna.pruners.MedianPruner(args.prune_startup, args.prune_warmup),
         load_if_exists=True)
