@@ -7,12 +7,14 @@ as JSON on stdout's last line. No seed: the fit is deterministic.
     python benchmarks/_gp_alone.py SET.csv [EVIDENCE_ROWS]
 
 ``EVIDENCE_ROWS``: the hyperparameters from at most this many training molecules
-(``FingerprintGP.fit``'s ``evidence_rows``; default all).
+(``FingerprintGP.fit``'s ``evidence_rows``; ``all`` for all; default: a fit's,
+``--gp.evidence_rows``).
 """
 
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 import sys
 import time
@@ -21,12 +23,16 @@ import numpy as np
 import torch
 
 from graphormer_sepnorm.chem.featurizers import OgbFeaturizer
+from graphormer_sepnorm.ensemble.callback import FingerprintGPBlend
 from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP, gp_columns
 
 NAMES = ["rdkit2d", "morgan"]
 
 
-def main(path: str, evidence_rows: int | None = None) -> None:
+DEFAULT_ROWS = inspect.signature(FingerprintGPBlend).parameters["evidence_rows"].default
+
+
+def main(path: str, evidence_rows: int | None = DEFAULT_ROWS) -> None:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
     featurizer = OgbFeaturizer(mol_features=NAMES)  # smiles_csv.yaml's, so the fit's features
@@ -47,4 +53,5 @@ def main(path: str, evidence_rows: int | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    rows = sys.argv[2] if len(sys.argv) > 2 else DEFAULT_ROWS
+    main(sys.argv[1], None if rows == "all" else int(rows))

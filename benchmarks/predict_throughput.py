@@ -78,7 +78,9 @@ def cpu_seconds(who: int) -> float:
 
 def stage_breakdown(checkpoint: str, smiles: list[str], batch_size: int) -> dict[str, float]:
     """Thread CPU milliseconds a molecule of each stage of prediction (see the docstring)."""
+    from graphormer_sepnorm.chem.featurizers import featurize_many
     from graphormer_sepnorm.chem.smiles import parse_smiles
+    from graphormer_sepnorm.data.shortest_paths import batched_shortest_paths
     from graphormer_sepnorm.prediction.checkpoints import load_with_blend
     from graphormer_sepnorm.prediction.engine import Predictor
 
@@ -99,10 +101,12 @@ def stage_breakdown(checkpoint: str, smiles: list[str], batch_size: int) -> dict
     for name, generator in generators.items():
         timed(f"molecule features: {name}", lambda g=generator: [g(m) for m in mols])
     timed("graph (atom and bond features)", lambda: [featurizer._featurize(m) for m in mols])
-    whole = timed("whole featurization", lambda: [featurizer.arrays(s) for s in smiles])
-    prepared = timed("featurization + shortest paths + collation", lambda: predictor._prepare(
-        smiles))
-    batches = timed("collation (iterating the batches)", lambda: list(prepared))
+    arrays = timed("whole featurization", lambda: featurize_many(smiles, featurizer, True)[0])
+    good = [a for a in arrays if a is not None]
+    timed("shortest paths", lambda: batched_shortest_paths([a.edge_index for a in good],
+                                                           [len(a.x) for a in good]))
+    prepared = predictor._prepare(smiles)
+    batches = timed("collation into size-sorted batches", lambda: list(prepared))
     with torch.inference_mode():
         for _, batch in batches:
             emb = timed("network: graph-token embedding", lambda b=batch: module.model.embed(b))
@@ -111,9 +115,6 @@ def stage_breakdown(checkpoint: str, smiles: list[str], batch_size: int) -> dict
             if blend is not None:
                 timed("GP blend (mean and deviation)",
                       lambda p=preds, b=batch: blend.predict(p, b.mol_x))
-    spent["shortest paths + batching (not collation)"] = (
-        spent.pop("featurization + shortest paths + collation") - spent["whole featurization"])
-    del whole
     return {name: round(1e3 * seconds / len(smiles), 3) for name, seconds in spent.items()}
 
 

@@ -4,11 +4,14 @@ Two steps. ``compute``, run by the Python of an environment with one RDKit relea
 importable there: ``pip install rdkit==X`` beside it), featurizes the panel of
 ``tests/rdkit_panel.py`` and the first ``--limit`` ZINC SMILES with the default small-data
 featurizer and predicts them with each ``--checkpoint`` (its GP blend included); it saves the
-raw descriptors, the float32 features and the predictions to ``--out`` (``.npz``).
+raw descriptors of the panel, the float32 features (as the models read them) and the
+predictions to ``--out`` (``.npz``; the molecules are featurized once for all checkpoints, which
+share the default featurizer).
 ``compare`` reads the files of several releases and writes, per release against
 ``--recorded``'s: the largest and median absolute difference of the float32 features (over the
-174 standardized descriptors and the Morgan counts, of the molecules where any moved), the
-share of molecules whose features moved, which descriptors moved, and the largest and median
+174 standardized descriptors and the Morgan counts, of the values that moved), the share of
+molecules whose features moved, which descriptors moved (the panel's raw values, and the
+standardized descriptor columns on all), and the largest and median
 absolute difference of each checkpoint's predictions, against the models' noise: the
 seed-to-seed spread of the recorded release's predictions (the standard deviation over the
 checkpoints, fitted with different seeds, per molecule).
@@ -38,7 +41,6 @@ def compute(args: argparse.Namespace) -> None:
     import torch
     from rdkit import Chem, rdBase
 
-    from graphormer_sepnorm.chem.featurizers import FeaturizationError, OgbFeaturizer
     from graphormer_sepnorm.chem.mol_features import RDKit2D
     from graphormer_sepnorm.prediction.checkpoints import load_with_blend
     from graphormer_sepnorm.prediction.engine import Predictor
@@ -51,23 +53,19 @@ def compute(args: argparse.Namespace) -> None:
     with open(args.smiles) as handle:
         zinc = [line.split()[0] for line in itertools.islice(handle, args.limit)]
     smiles = PANEL + zinc
-    featurizer = OgbFeaturizer(mol_features=["rdkit2d", "morgan"])
-    rdkit2d = RDKit2D()
-    features, raw = [], []
-    for s in smiles:
-        try:
-            features.append(featurizer.arrays(s).mol_x)
-        except FeaturizationError:  # a panel molecule OGB's features cannot take
-            features.append(np.full(featurizer.mol_feature_dim, np.nan, dtype=np.float32))
-        raw.append(rdkit2d.raw(Chem.MolFromSmiles(s)))
-    predictions = []
-    for checkpoint in args.checkpoint:
-        module, blend = load_with_blend(checkpoint)
-        predictions.append(Predictor(module, 256, blend=blend).predict(smiles).predictions)
+    raw = [RDKit2D().raw(Chem.MolFromSmiles(s)) for s in PANEL]  # the panel's raw values
+    predictors = [Predictor(module, 256, blend=blend)
+                  for module, blend in map(load_with_blend, args.checkpoint)]
+    prepared = predictors[0]._prepare(smiles)  # featurized once: the models share a featurizer
+    features = np.full((len(smiles), predictors[0].featurizer.mol_feature_dim), np.nan,
+                       dtype=np.float32)
+    for rows, graphs in prepared.batches:
+        features[rows] = np.stack([g.mol_x.numpy() for g in graphs])
+    predictions = [predictor.run(prepared).predictions for predictor in predictors]
     np.savez_compressed(args.out, rdkit=rdkit.__version__, smiles=np.array(smiles),
-                        panel=len(PANEL), raw=np.array(raw), features=np.stack(features),
+                        panel=len(PANEL), raw=np.array(raw), features=features,
                         predictions=np.stack(predictions), checkpoints=np.array(args.checkpoint),
-                        names=np.array(rdkit2d.names))
+                        names=np.array(RDKit2D().names))
     print(f"{args.out}: RDKit {rdkit.__version__}, {len(smiles)} molecules, "
           f"{len(args.checkpoint)} checkpoints")
 
@@ -87,16 +85,19 @@ def release_row(run: dict, recorded: dict) -> dict:
     pred = np.abs(run["predictions"][..., 0] - recorded["predictions"][..., 0])  # [C, M]
     spread = recorded["predictions"][..., 0].std(0, ddof=1)  # [M] over seeds
     raw_moved = _moved(run["raw"], recorded["raw"]).any(0)
+    columns = len(run["names"])
+    column_moved = moved[:, :columns].any(0)
     return {
         "rdkit": str(run["rdkit"]),
         "molecules moved": f"{int(rows.sum())} of {len(rows)} ({100 * rows.mean():.2f}%), "
                            f"panel {int(rows[:int(run['panel'])].sum())}",
-        "max |feature diff|": float(diff.max()),
-        "median |feature diff| (moved values)": float(np.median(diff[moved])) if moved.any()
+        "max abs feature diff": float(diff.max()),
+        "median abs feature diff (moved values)": float(np.median(diff[moved])) if moved.any()
         else 0.0,
-        "descriptors moved (raw)": [str(n) for n in run["names"][raw_moved]],
-        "max |prediction diff|": float(np.nanmax(pred)),
-        "median |prediction diff| (moved molecules)": float(np.nanmedian(pred[:, rows]))
+        "descriptors moved (panel, raw)": [str(n) for n in run["names"][raw_moved]],
+        "descriptor features moved (all)": [str(n) for n in run["names"][column_moved]],
+        "max abs prediction diff": float(np.nanmax(pred)),
+        "median abs prediction diff (moved molecules)": float(np.nanmedian(pred[:, rows]))
         if rows.any() else 0.0,
         "median seed-to-seed std": float(np.nanmedian(spread)),
         "prediction diff > 0.1 x seed std (molecules)": int(
