@@ -100,8 +100,8 @@ def release_row(run: dict, recorded: dict) -> dict:
         "median abs prediction diff (moved molecules)": float(np.nanmedian(pred[:, rows]))
         if rows.any() else 0.0,
         "median seed-to-seed std": float(np.nanmedian(spread)),
-        "prediction diff > 0.1 x seed std (molecules)": int(
-            (np.nanmax(pred, 0) > 0.1 * spread).sum()),
+        **{f"prediction diff > {f:g} x its seed std (molecules)": int(
+            (np.nanmax(pred, 0) > f * spread).sum()) for f in (0.1, 0.5, 1.0)},
     }
 
 
