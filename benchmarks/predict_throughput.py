@@ -105,7 +105,7 @@ def stage_breakdown(checkpoint: str, smiles: list[str], batch_size: int) -> dict
     good = [a for a in arrays if a is not None]
     timed("shortest paths", lambda: batched_shortest_paths([a.edge_index for a in good],
                                                            [len(a.x) for a in good]))
-    prepared = predictor._prepare(smiles)
+    prepared = predictor.prepare(smiles)
     batches = timed("collation into size-sorted batches", lambda: list(prepared))
     with torch.inference_mode():
         for _, batch in batches:

@@ -56,7 +56,7 @@ def compute(args: argparse.Namespace) -> None:
     raw = [RDKit2D().raw(Chem.MolFromSmiles(s)) for s in PANEL]  # the panel's raw values
     predictors = [Predictor(module, 256, blend=blend)
                   for module, blend in map(load_with_blend, args.checkpoint)]
-    prepared = predictors[0]._prepare(smiles)  # featurized once: the models share a featurizer
+    prepared = predictors[0].prepare(smiles)  # featurized once: the models share a featurizer
     features = np.full((len(smiles), predictors[0].featurizer.mol_feature_dim), np.nan,
                        dtype=np.float32)
     for rows, graphs in prepared.batches:

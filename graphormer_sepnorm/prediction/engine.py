@@ -157,9 +157,10 @@ class Predictor:
 
     def predict(self, smiles: Sequence[Any], return_embeddings: bool = False) -> ChunkResult:
         """Featurizes (in this process) and predicts ``smiles``."""
-        return self.run(self._prepare(smiles), return_embeddings)
+        return self.run(self.prepare(smiles), return_embeddings)
 
-    def _prepare(self, smiles: Sequence[Any]) -> PreparedChunk:
+    def prepare(self, smiles: Sequence[Any]) -> PreparedChunk:
+        """Featurizes ``smiles`` in this process into a chunk :meth:`run` takes (reusable)."""
         return prepare_chunk(smiles, self.featurizer, self.collator, self.batch_size)
 
     def _start_pool(self) -> Any:
@@ -177,7 +178,7 @@ class Predictor:
         called), the rest in the workers, four parts a worker, starting now.
         """
         if self.num_workers <= 0 or in_process >= len(smiles):
-            return lambda: self._prepare(smiles)
+            return lambda: self.prepare(smiles)
         pool = self._start_pool()
         head = smiles[:in_process]
         step = max(1, -(-(len(smiles) - in_process) // (4 * self.num_workers)))
@@ -185,7 +186,7 @@ class Predictor:
                  for i in range(in_process, len(smiles), step)]
 
         def wait() -> PreparedChunk:
-            merged = self._prepare(head) if head else PreparedChunk([], [])
+            merged = self.prepare(head) if head else PreparedChunk([], [])
             merged.collator = self.collator
             for offset, part in parts:
                 prepared = unpack(part.get(), offset)
