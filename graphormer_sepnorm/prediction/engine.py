@@ -38,10 +38,10 @@ if TYPE_CHECKING:  # worker processes import this module: keep Lightning out of 
 
 #: Molecule size cap when the checkpoint's featurizer sets none (memory stays bounded).
 DEFAULT_MAX_ATOMS = 256
-#: How featurization workers start: forked on Linux, as PyTorch's DataLoader workers are (a
-#: fork inherits the imported torch, PyG and RDKit; a spawned worker imports them again, about
-#: 4 CPU s each, a tenth of the CPU of predicting 10,000 molecules with two workers), spawned
-#: elsewhere (fork is unsafe on macOS).
+#: The featurization workers' start method, ``fork`` on Linux as for PyTorch's DataLoader
+#: workers (a fork inherits the imported torch, PyG and RDKit; a spawned worker imports them
+#: again, about 4 CPU s each, a tenth of the CPU of predicting 10,000 molecules with two
+#: workers), ``spawn`` elsewhere (fork is unsafe on macOS).
 WORKER_START = "fork" if sys.platform == "linux" else "spawn"
 #: Rows of the first chunk featurized in the main process while the workers start (a worker
 #: takes seconds to import torch, RDKit and the package: what 256 molecules with descriptors
