@@ -74,8 +74,8 @@ class FingerprintGPBlend(Callback):
         evidence_rows: the GP's hyperparameters maximize the marginal likelihood of at most
             this many training molecules (a fixed random subset), its weights are solved on
             all (:meth:`FingerprintGP.fit`); ``None``: all. Default: 1,000 (each of the 150
-            likelihood steps costs N^3: on D4's 1,492 molecules 41 -> 13 CPU s, GP-alone test
-            MAE 0.6718 -> 0.6724).
+            likelihood steps costs N^3; GP alone, CPU s and test MAE: D4 Ki's 1,492 molecules
+            41 -> 13, 0.6718 -> 0.6724; CHEMBL234 Ki's 2,925 382 -> 17, 0.5402 -> 0.5445).
     """
 
     def __init__(self, weight: float | None = None, max_train: int = 5000,
