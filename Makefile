@@ -14,7 +14,7 @@ CLI := $(BIN)/graphormer-sepnorm
 DEMO_ARGS := --config configs/molhiv.yaml --config configs/presets/cpu_10min.yaml \
 	--trainer.logger.init_args.name demo --trainer.enable_progress_bar false
 
-.PHONY: venv test lint docs demo mirror bench clean gpu-bundle image-twin image-rehearsal
+.PHONY: venv test lint docs demo mirror bench clean gpu-bundle image-twin image-rehearsal wheel-check
 
 $(BIN)/activate: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,14 @@ LOCAL_MIRROR := $(if $(filter $(CURDIR)/mirror,$(GRAPHORMER_SEPNORM_DATA_MIRROR)
 
 # The CPU wing's C kernels must build here (gcc and AVX2): tests/nn/cpu/test_native_build.py
 # fails otherwise, so the tests run them instead of the plain torch fallback.
-test: lint docs $(LOCAL_MIRROR)
+test: lint docs $(LOCAL_MIRROR) wheel-check
 	OMP_NUM_THREADS=2 $(BIN)/pytest -q tests --nbmake notebooks
+
+# The wheel as a pip user gets it (.ci/wheel_check.sh): built, installed into a fresh venv
+# outside the checkout (dependencies from the package index), then a tiny fit --config
+# smiles_csv and a prediction there; about 2.5 minutes.
+wheel-check: venv
+	bash .ci/wheel_check.sh $(BIN)/python $${TMPDIR:-/tmp}/graphormer-sepnorm-wheel-check
 
 # Copies MolHIV into mirror/ and writes PyG's ZINC raw files there (about 2.5 minutes), once.
 mirror: mirror/ogbg_molhiv/RELEASE_v1.txt mirror/ZINC/raw/test.pickle

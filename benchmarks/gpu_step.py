@@ -195,7 +195,8 @@ def fit(name: str, graphs: list[Data], args: argparse.Namespace, path: str,
     cuda = torch.cuda.is_available()
     engine = path != "lightning"
     data = ListDataModule(name, graphs, batch_size=batch_size,
-                          engine=GridEngine(args.train_length) if engine else None)
+                          engine=GridEngine(args.train_length) if engine else None,
+                          replica_seeds=seeds)
     config = GraphormerConfig(num_layers=args.layers, multi_hop_max_dist=args.hops)
     model = graphormer_module(dataset_info=data.dataset_info, config=config, seeds=seeds,
                              warmup_steps=1, total_steps=args.warmup + args.steps,

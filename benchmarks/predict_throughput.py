@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from graphormer_sepnorm.checkpoints import stamp
 from graphormer_sepnorm.chem.featurizers import ZincFeaturizer
 from graphormer_sepnorm.nn import GraphormerConfig
 from graphormer_sepnorm.prediction.runner import predict_file
@@ -52,8 +53,8 @@ def slim_zinc_checkpoint(path: Path) -> Path:
     config = GraphormerConfig(num_layers=12, hidden_dim=80, ffn_dim=80, num_heads=8,
                               multi_hop_max_dist=20)
     module = GraphormerModule(dataset_info=info, config=config)
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)},
-               path)
+    torch.save(stamp({"state_dict": module.state_dict(),
+                      "hyper_parameters": dict(module.hparams)}), path)
     return path
 
 

@@ -51,7 +51,7 @@ nitpick_ignore_regex = [
                   r"optional|callable|array-like|file-like)"),
     # The package's Literal type aliases, shown by name in signatures (their values are in the
     # docstrings that take them).
-    (r"py:class", r"(EdgeEncoding|NormKind|TrainLength|TrainBatches|Backend)"),
+    (r"py:class", r"(EdgeEncoding|NormKind|TrainLength|TrainBatches|Backend|TaskType|Split)"),
 ]
 
 

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
 from jsonargparse import Namespace
 from lightning.pytorch import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.trainer.states import TrainerStatus
 
-from graphormer_sepnorm.datasets.base import GraphDataModule
+from graphormer_sepnorm import datasets
+from graphormer_sepnorm.checkpoints import CheckpointError, read_checkpoint
+from graphormer_sepnorm.datasets.base import DataError, GraphDataModule
 from graphormer_sepnorm.ensemble.callback import FingerprintGPBlend
-from graphormer_sepnorm.training.checkpoint_format import upgrade_hparams
+from graphormer_sepnorm.recipes import resolve_configs
+from graphormer_sepnorm.training.checkpointing import DEFAULT_CALLBACKS
 from graphormer_sepnorm.training.factory import graphormer_module
 from graphormer_sepnorm.training.from_checkpoint import missing_data_file, with_checkpoint_data
 from graphormer_sepnorm.training.report import (
@@ -39,7 +43,8 @@ class GraphormerCLI(LightningCLI):
     """Links what the model must agree on with the data.
 
     ``model.dataset_info`` (task, targets, feature dims, featurizer) comes from the datamodule,
-    and the datamodule's collator keeps as many hops as the model's edge encoder uses. ``--gp``
+    the datamodule's collator keeps as many hops as the model's edge encoder uses, and packed
+    replicas' seeds (``model.seeds``) give the datamodule one batch order per replica. ``--gp``
     configures the fingerprint GP blended with the network
     (:class:`~graphormer_sepnorm.ensemble.callback.FingerprintGPBlend`). ``fit``
     ends with a summary (:func:`~graphormer_sepnorm.training.report.fit_summary`), with the best
@@ -51,6 +56,10 @@ class GraphormerCLI(LightningCLI):
         parser.link_arguments("data.dataset_info", "model.dataset_info", apply_on="instantiate")
         parser.link_arguments("model.config.multi_hop_max_dist",
                               "data.init_args.multi_hop_max_dist")
+        parser.link_arguments("model.seeds", "data.init_args.replica_seeds")
+        # every fit's checkpoints, statistics, diagnostics and LR log, shown by --print_config;
+        # `trainer.callbacks+:` adds one, `trainer.callbacks:` replaces them
+        parser.set_defaults({"trainer.callbacks": DEFAULT_CALLBACKS})
         # the fingerprint GP beside the network: --gp.weight (a fit's; else a checkpoint's)
         parser.add_lightning_class_args(FingerprintGPBlend, "gp")
         parser.add_argument("--test_best", type=bool, default=True,
@@ -58,13 +67,22 @@ class GraphormerCLI(LightningCLI):
                                  "data has a test split, and print its metrics in the summary")
 
     def fit(self, **kwargs: Any) -> None:
-        """``Trainer.fit``, then the summary block (without the test after Ctrl-C or max_time)."""
+        """``Trainer.fit``, then the summary block (without the test after Ctrl-C or max_time).
+
+        A fit that fails before its first step leaves no run folder behind.
+        """
         started = time.perf_counter()
+        folder = _run_folder(self.trainer)
+        fresh = folder is not None and not folder.exists()
         try:
             self.trainer.fit(**kwargs)
         except (SystemExit, KeyboardInterrupt):  # Lightning exits after Ctrl-C
             if self.trainer.state.status == TrainerStatus.INTERRUPTED:
                 self._summary(started, interrupted=True, test="not run (interrupted)")
+            raise
+        except Exception:
+            if fresh and self.trainer.global_step == 0 and self.trainer.is_global_zero:
+                shutil.rmtree(folder, ignore_errors=True)
             raise
         test: Any = None
         if stopped_by_time(self.trainer):
@@ -81,9 +99,8 @@ class GraphormerCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """Lightning's: the ``--ckpt_path`` file's model hyperparameters go into the config.
 
-        ``last`` and ``best`` are first resolved (:func:`resolve_last`); a checkpoint of the
-        previous format (flat model hyperparameters) is read as the
-        current one (:func:`~graphormer_sepnorm.training.checkpoint_format.upgrade_hparams`).
+        ``last`` and ``best`` are first resolved (:func:`resolve_last`); the file is read by
+        :func:`~graphormer_sepnorm.checkpoints.read_checkpoint` (the current format only).
         """
         subcommand = self.config.get("subcommand")
         if subcommand is not None:
@@ -91,9 +108,9 @@ class GraphormerCLI(LightningCLI):
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if not ckpt_path or not Path(ckpt_path).is_file():
             return
-        ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu", mmap=True)
-        hparams = upgrade_hparams(ckpt.get("hyper_parameters") or {})
-        hparams = {k: v for k, v in hparams.items() if not k.startswith("_")}
+        ckpt = read_checkpoint(ckpt_path, mmap=True)
+        hparams = {k: v for k, v in (ckpt.get("hyper_parameters") or {}).items()
+                   if not k.startswith("_")}
         if not hparams:
             return
         try:
@@ -109,6 +126,13 @@ class GraphormerCLI(LightningCLI):
             if error is not None:
                 print(f"graphormer-sepnorm {self.subcommand}: error: {error}", file=sys.stderr)
                 raise SystemExit(2)
+
+
+def _run_folder(trainer: Any) -> Path | None:
+    """The logger's folder for this run (not created here), if the fit has a logger."""
+    logger = getattr(trainer, "logger", None)
+    folder = getattr(logger, "log_dir", None) if logger is not None else None
+    return None if folder is None else Path(folder)
 
 
 def resolve_last(config: Namespace, subcommand: str) -> None:
@@ -147,7 +171,7 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
     """Runs the CLI; ``args`` defaults to ``sys.argv[1:]``.
 
     Examples:
-        ``graphormer-sepnorm fit --config configs/molhiv.yaml``
+        ``graphormer-sepnorm fit --config molhiv`` (a bundled recipe by name, or a file)
 
         ``graphormer-sepnorm test --ckpt_path CKPT`` (the data settings come from the
         checkpoint; any can be overridden: ``--data.path other.csv``)
@@ -160,13 +184,25 @@ def main(args: list[str] | None = None) -> GraphormerCLI:
         return _cli(args)
 
 
+def _register_datamodules() -> None:
+    """Imports the datamodules, so that their short names work (``--data SmilesCSVDataModule``).
+
+    jsonargparse finds a class by its short name among the imported subclasses; those that need
+    RDKit or ogb are skipped where these are not installed (a GPU node with prepared data).
+    """
+    for name in datasets.__all__:
+        with contextlib.suppress(ImportError):
+            getattr(datasets, name)
+
+
 def _cli(args: list[str], run: bool = True,
          callbacks: list[Callback] | None = None) -> GraphormerCLI:
+    _register_datamodules()
     return GraphormerCLI(
         graphormer_module,
         GraphDataModule,
         subclass_mode_data=True,
-        args=args,
+        args=resolve_configs(args),
         run=run,
         # Our datamodules shard their random batches across DDP processes themselves; dropout is
         # seeded by the step count, so that resumed runs continue exactly.
@@ -200,10 +236,18 @@ def run() -> None:
 
     A ``fit`` stopped by ``--trainer.max_time`` before its end exits with
     :data:`EXIT_UNFINISHED`, so that a job script can tell it from a finished one.
-    (:func:`main` returns the CLI object for programmatic use; a console script must not, since
-    ``sys.exit(obj)`` prints it and exits with status 1.)
+    A problem with the user's data or checkpoint (:class:`~.base.DataError`,
+    :class:`~graphormer_sepnorm.checkpoints.CheckpointError`) prints its message,
+    without a traceback, and exits with 2. (:func:`main` returns the CLI object for
+    programmatic use; a console script must not, since ``sys.exit(obj)`` prints it and exits
+    with status 1.)
     """
-    cli = main()
+    try:
+        cli = main()
+    except (DataError, CheckpointError) as e:  # the user's data or file: no traceback
+        command = " ".join(["graphormer-sepnorm", *sys.argv[1:2]])
+        print(f"{command}: error: {e}", file=sys.stderr)
+        sys.exit(2)
     if getattr(cli, "subcommand", None) == "fit" and stopped_by_time(cli.trainer):
         sys.exit(EXIT_UNFINISHED)
 

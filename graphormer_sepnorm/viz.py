@@ -17,7 +17,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.chem.featurizers import ZINC_ATOM_VOCAB
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
 
 if TYPE_CHECKING:

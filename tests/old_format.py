@@ -10,9 +10,10 @@ DATA_SIZES = ("atom_feature_dims", "edge_feature_dims", "num_tasks")
 
 
 def downgrade(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The inverse of ``checkpoint_format.upgrade``: flat model hyperparameters, no backend or
+    """The inverse of ``convert.convert``: flat model hyperparameters, no backend or
     init_from, ``target_mean``/``target_std`` at the top of the state_dict for every task."""
     out = dict(checkpoint)
+    out.pop("graphormer_sepnorm_format", None)
     hparams = dict(out["hyper_parameters"])
     config = hparams.pop("config")
     hparams.pop("backend", None)

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
+from graphormer_sepnorm.checkpoints import FORMAT_KEY, read_checkpoint
 from graphormer_sepnorm.nn import GraphormerConfig
 from graphormer_sepnorm.predict import predict_smiles
 from graphormer_sepnorm.prediction import load_checkpoint
@@ -34,7 +34,7 @@ def examples() -> list[str]:
 @pytest.mark.parametrize("name", sorted(BUNDLED_CHECKPOINTS))
 def test_bundled_model_loads_weights_only_and_predicts_examples(name):
     column, metric, featurizer = EXPECTED[name]
-    payload = torch.load(bundled_checkpoint_path(name), weights_only=True, map_location="cpu")
+    payload = read_checkpoint(bundled_checkpoint_path(name))  # the current format
     card = payload["model_card"]
     assert card["name"] == name and metric in card and card["steps"] > 0
     assert ("ShareNorm" if name.endswith("sharenorm") else "SepNorm") == card["norm"]
@@ -61,8 +61,8 @@ def test_export_keeps_predictions_and_drops_training_state(tmp_path):
     source = bundled_checkpoint_path("zinc")
     resaved = tmp_path / "again.ckpt"
     export_checkpoint(source, resaved, {"note": "re-exported"})
-    payload = torch.load(resaved, weights_only=True)
-    assert set(payload) == {"state_dict", "hyper_parameters", "model_card"}
+    payload = read_checkpoint(resaved)
+    assert set(payload) == {FORMAT_KEY, "state_dict", "hyper_parameters", "model_card"}
     assert payload["model_card"] == {"note": "re-exported"}
     smiles = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1"]
     a = predict_smiles(smiles, checkpoint="zinc")["penalized_logp"]

@@ -8,6 +8,7 @@ import yaml
 from old_format import downgrade
 
 from graphormer_sepnorm.cli import main
+from graphormer_sepnorm.convert import convert_file
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = ["--model.config.num_layers", "2", "--model.config.hidden_dim", "16",
@@ -96,8 +97,9 @@ def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
     weights = ckpt["state_dict"]["model.head.weight"]
     assert torch.equal(test.model.model.head.weight, weights)
     assert torch.equal(test.model.task.logit_scale, scale)
-    # a checkpoint of the previous format (flat model hyperparameters) tests the same
+    # a checkpoint of the oldest format (flat model hyperparameters), converted, tests the same
     torch.save(downgrade(ckpt), tmp_path / "old.ckpt")
+    convert_file(tmp_path / "old.ckpt", tmp_path / "old.ckpt")
     old = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path",
                 str(tmp_path / "old.ckpt")])
     assert float(old.trainer.callback_metrics["test/roc_auc"]) == float(metrics["test/roc_auc"])
@@ -105,6 +107,7 @@ def test_fit_checkpoints_then_test_and_validate_from_checkpoint(tmp_path):
     # ... and one saved before temperature scaling: uncalibrated, the same ranking
     del ckpt["state_dict"]["task.logit_scale"]
     torch.save(ckpt, tmp_path / "uncalibrated.ckpt")
+    convert_file(tmp_path / "uncalibrated.ckpt", tmp_path / "uncalibrated.ckpt")
     plain = main(["test", *common(tmp_path, "molhiv.yaml"), "--ckpt_path",
                   str(tmp_path / "uncalibrated.ckpt")])
     assert torch.equal(plain.model.task.logit_scale, torch.ones(1))

@@ -6,6 +6,9 @@
   floating-point rounding.
 - The environment is read for paths and thread counts only; every switch of the computation is
   configuration (saved with the checkpoint).
+- No module imports a private name (``_name``) of another package of the package.
+- The datamodules read nothing from the Lightning module: what they must agree on reaches them
+  through the CLI's links.
 """
 
 import ast
@@ -101,3 +104,38 @@ def test_the_check_sees_every_way_of_reading_the_environment() -> None:
     code = ("import os\nNAME = 'A'\nos.environ.get(NAME)\nos.environ['B']\nos.getenv('C')\n"
             "'D' in os.environ\n")
     assert environment_names(ast.parse(code)) == {"A", "B", "C", "D"}
+
+
+def private_imports(tree: ast.AST, package: str) -> list[str]:
+    """``module._name`` for each private name imported from outside ``package``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "graphormer_sepnorm") and not (node.module + ".").startswith(package + "."):
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_across_packages() -> None:
+    found = {}
+    for path in sources():
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        package = ".".join(parts[:-1])
+        names = private_imports(ast.parse(path.read_text()), package)
+        if names:
+            found[str(path.relative_to(PACKAGE))] = names
+    assert not found, found
+
+
+def test_the_check_sees_a_private_import() -> None:
+    code = ("from graphormer_sepnorm.data.collate import _walk, GraphormerCollator\n"
+            "from graphormer_sepnorm.grid.store import _own\n")
+    assert private_imports(ast.parse(code), "graphormer_sepnorm.grid") == [
+        "graphormer_sepnorm.data.collate._walk"]
+
+
+def test_the_datamodules_read_nothing_from_the_module() -> None:
+    for path in sources(PACKAGE / "datasets"):
+        text = path.read_text()
+        assert "lightning_module" not in text, path

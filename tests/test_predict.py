@@ -10,6 +10,7 @@ import pytest
 import torch
 from tiny_data import SMILES, featurize_with_paths
 
+from graphormer_sepnorm.checkpoints import stamp
 from graphormer_sepnorm.chem.featurizers import OgbFeaturizer, ZincFeaturizer
 from graphormer_sepnorm.data import GraphormerCollator
 from graphormer_sepnorm.nn import GraphormerConfig
@@ -53,7 +54,7 @@ def make_module(featurizer, task="regression", target="penalized_logp") -> Graph
 
 def save(module: GraphormerModule, path: Path) -> Path:
     hparams = dict(module.hparams) | {"_instantiator": "lightning.pytorch.cli.instantiate_module"}
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": hparams}, path)
+    torch.save(stamp({"state_dict": module.state_dict(), "hyper_parameters": hparams}), path)
     return path
 
 

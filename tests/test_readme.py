@@ -4,8 +4,8 @@ The README's shell blocks are read section by section and each command runs as w
 these substitutions, appended (the last value of a key wins) or named in :func:`adapt`:
 
 - training commands get a tiny model and a few steps (:data:`TINY`), except the own-data
-  recipe, whose architecture is the bundled pretrained model's and whose 3 epochs run as
-  written;
+  recipe (``--config smiles_csv``), whose architecture is the bundled pretrained model's and
+  whose 3 epochs run as written;
 - the GPU preset runs on the CPU without ``torch.compile`` (its compiled step on the CPU is
   ``tests/test_experiment.py``'s packed grid) and DDP runs two CPU processes on one node;
 - ``srun`` is left out (Lightning reads SLURM's environment, which a test has not got), and
@@ -75,7 +75,7 @@ def option(argv: list[str], key: str) -> str | None:
 def adapt(argv: list[str]) -> list[str]:
     """A ``graphormer-sepnorm`` command's arguments as this test runs them (see above)."""
     args = list(argv[1:])
-    if "configs/smiles_csv.yaml" not in args:
+    if not {"configs/smiles_csv.yaml", "smiles_csv"} & set(args):
         args += TINY
     if "configs/presets/gpu_fast.yaml" in args:
         args += ["--model.compile", "null"]
@@ -236,10 +236,34 @@ def test_scale_out(workspace):
     assert again.trainer.global_step == 4 and again.trainer.log_dir == resumable.trainer.log_dir
 
 
+def python_blocks(page: Path, section: str | None = None) -> list[str]:
+    """The ```python blocks of a Markdown page (of its ``## section`` only), in order.
+
+    Each is padded with the newlines before it, so that a traceback gives the page's line.
+    """
+    text = page.read_text()
+    start, end = 0, len(text)
+    if section is not None:
+        start = re.search(rf"^## {re.escape(section)}$", text, re.M).end()
+        after = re.search(r"^## ", text[start:], re.M)
+        end = start + after.start() if after else end
+    return ["\n" * text[:m.start(1)].count("\n") + m.group(1)
+            for m in re.finditer(r"^```python\n(.*?)^```", text, re.S | re.M)
+            if start <= m.start() < end]
+
+
+def run_python_blocks(page: Path, section: str | None = None) -> dict:
+    """Runs :func:`python_blocks` one after the other in one namespace, and returns it."""
+    blocks = python_blocks(page, section)
+    assert blocks, f"{page} has no python block" + (f" under ## {section}" if section else "")
+    namespace: dict = {"__name__": "__page__"}
+    for block in blocks:
+        exec(compile(block, str(page), "exec"), namespace)
+    return namespace
+
+
 def test_readme_python_example_runs():
-    code = re.search(r"## In Python\n\n```python\n(.*?)```", README.read_text(), re.S).group(1)
-    namespace: dict = {}
-    exec(compile(code, str(README), "exec"), namespace)
+    namespace = run_python_blocks(README, "In Python")
     assert tuple(namespace["predictions"].shape) == (3, 1)
     assert tuple(namespace["embeddings"].shape) == (3, 80)
     assert len(namespace["attention"]) == 12

@@ -7,6 +7,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from tiny_data import write_zinc_raw
 
+from graphormer_sepnorm.checkpoints import stamp
 from graphormer_sepnorm.cli import main, resolve_last
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -180,9 +181,10 @@ def test_ckpt_path_last_without_any_run_starts_afresh_and_test_gets_the_file(tmp
     resolve_last(config, "fit")
     assert init.version == "version_3" and config.ckpt_path == "last"
     # `best` outside fit: the best checkpoint the monitoring callback recorded in last.ckpt
-    torch.save({"callbacks": {"ModelCheckpoint{'monitor': None}": {"monitor": None},
-                              "ModelCheckpoint{'monitor': 'val/mae'}": {
-                                  "monitor": "val/mae", "best_model_path": "b/best.ckpt"}}}, last)
+    torch.save(stamp({"callbacks": {"ModelCheckpoint{'monitor': None}": {"monitor": None},
+                                    "BestCheckpoint{'monitor': 'val/mae'}": {
+                                        "monitor": "val/mae",
+                                        "best_model_path": "b/best.ckpt"}}}), last)
     config.ckpt_path, init.version = "best", "test"
     resolve_last(config, "test")
     assert config.ckpt_path == "b/best.ckpt"

@@ -8,116 +8,17 @@ for batches mixing small and large molecules.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
-from typing import TypeVar
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from graphormer_sepnorm.data.batch import GraphormerBatch, as_long_2d
 from graphormer_sepnorm.data.transform import AddShortestPaths
 
 _add_spd = AddShortestPaths()
-_Batch = TypeVar("_Batch", bound="TensorFields")
-
-
-class TensorFields:
-    """A dataclass batch whose tensor fields move together; its other fields are kept."""
-
-    def to(self: _Batch, device: torch.device | str, non_blocking: bool = False) -> _Batch:
-        """Returns a copy with every tensor moved to ``device``."""
-        return self._map(lambda v: v.to(device, non_blocking=non_blocking))
-
-    def _map(self: _Batch, move: Callable[[Tensor], Tensor]) -> _Batch:
-        """A copy with ``move`` applied to every tensor field."""
-        return replace(self, **{f.name: move(v) for f in fields(self)
-                                if isinstance(v := getattr(self, f.name), Tensor)})
-
-
-@dataclass
-class GraphormerBatch(TensorFields):
-    """A batch of ``B`` graphs padded to ``N`` nodes (position 0 is left for the graph token).
-
-    Attributes:
-        x: ``[T, F_node]`` long atom features of the ``T`` atoms of the batch.
-        degree: ``[T]`` long in-degree of each atom.
-        node_slot: ``[T]`` long position of each atom in the flattened ``[B, N]`` grid.
-        node_mask: ``[B, N]`` bool, true for real atoms.
-        edge_attr: ``[E, F_edge]`` long features of the batch's directed edges.
-        pair_slot: ``[P]`` long position of each real pair ``(i, j)`` in the flattened
-            ``[B, N, N]`` grid.
-        pair_spd: ``[P]`` long hop distance of each pair, ``-1`` when unreachable.
-        hop_pair: ``[M]`` long: for each hop of each kept shortest path, its pair (index into
-            the ``P`` pairs). A pair at distance ``d`` has ``min(d, K)`` hops.
-        hop_index: ``[M]`` long: which hop it is, 0 for the edge next to ``i``.
-        hop_edge: ``[M]`` long: the edge taken at that hop (row of ``edge_attr``).
-        y: ``[B, num_tasks]`` float targets, or ``None``.
-        mol_x: ``[B, F_mol]`` float molecule features the head reads beside the graph token
-            (``graphormer_sepnorm.chem.mol_features``), or ``None``.
-        hop_counts: the hop lists' layout when it is hop-major with nested pair prefixes, as
-            the collator builds it: ``hop_counts[k]`` hops have hop index ``k``, they come after
-            those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.
-            ``None`` when the lists are in any other order. Plain ints: reading it never
-            synchronizes with a device.
-
-    The model reads the layout through three methods, :meth:`atom_grid`, :meth:`with_pairs`
-    and :meth:`hop_sums`; the grid engine's :class:`~graphormer_sepnorm.grid.batch.GridBatch`
-    implements them for its static-shape layout.
-    """
-
-    x: Tensor
-    degree: Tensor
-    node_slot: Tensor
-    node_mask: Tensor
-    edge_attr: Tensor
-    pair_slot: Tensor
-    pair_spd: Tensor
-    hop_pair: Tensor
-    hop_index: Tensor
-    hop_edge: Tensor
-    y: Tensor | None = None
-    mol_x: Tensor | None = None
-    hop_counts: tuple[int, ...] | None = None
-
-    @property
-    def num_graphs(self) -> int:
-        """Number of graphs ``B``."""
-        return self.node_mask.shape[0]
-
-    def atom_grid(self, atoms: Tensor) -> Tensor:
-        """Per-atom rows ``[T, D]`` placed in the padded grid ``[B, N, D]``, zero at padding."""
-        b, n = self.node_mask.shape
-        grid = atoms.new_zeros(b * n, atoms.shape[1]).index_copy(0, self.node_slot, atoms)
-        return grid.view(b, n, -1)
-
-    def with_pairs(self, bias: Tensor, pair: Tensor) -> Tensor:
-        """``bias`` ``[B, H, 1 + N, 1 + N]`` with each real pair's ``[P, H]`` values written in.
-
-        Pair ``(i, j)`` of graph ``g`` goes to ``bias[g, :, 1 + i, 1 + j]`` (in place).
-        """
-        n = self.node_mask.shape[1]
-        slot = self.pair_slot
-        graph, i, j = slot // (n * n), slot // n % n + 1, slot % n + 1
-        bias[graph, :, i, j] = pair
-        return bias
-
-    def hop_sums(self, table: Tensor, hops: int) -> Tensor:
-        """Each pair's sum over the first ``min(d, hops)`` hops of its path, ``[P, H]``.
-
-        ``table`` ``[hops * E, H]`` is hop-major: hop ``k`` over edge ``e`` reads row
-        ``k * E + e``. A product, not a boolean selection, drops later hops: no host
-        synchronization.
-        """
-        kept = (self.hop_index < hops).unsqueeze(1).to(table.dtype)
-        rows = self.hop_index.clamp(max=hops - 1) * len(self.edge_attr) + self.hop_edge
-        return table.new_zeros(len(self.pair_spd), table.shape[1]).index_add(
-            0, self.hop_pair, table[rows] * kept)
-
-    def pin_memory(self) -> GraphormerBatch:
-        """Pins every tensor (used by ``DataLoader(pin_memory=True)``)."""
-        return self._map(lambda v: v.pin_memory())
 
 
 def _ranges(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,11 +120,11 @@ class GraphormerCollator:
         degree = np.bincount(edge_index[1] + node_ptr[edge_graph], minlength=len(node_graph))
         t = torch.from_numpy
         return GraphormerBatch(
-            x=_as_2d(torch.cat([g.x for g in graphs])),
+            x=as_long_2d(torch.cat([g.x for g in graphs])),
             degree=t(degree),
             node_slot=t(node_graph * max_nodes + node_local),
             node_mask=t(np.arange(max_nodes)[None, :] < n[:, None]),
-            edge_attr=_as_2d(torch.cat([g.edge_attr for g in graphs])),
+            edge_attr=as_long_2d(torch.cat([g.edge_attr for g in graphs])),
             pair_slot=t((pair_graph * max_nodes + pair_i) * max_nodes + pair_j),
             pair_spd=t(spd).long(),
             hop_pair=t(hop_pair),
@@ -233,10 +134,6 @@ class GraphormerCollator:
             mol_x=_stack_mol_features(graphs),
             hop_counts=hop_counts,
         )
-
-
-def _as_2d(t: Tensor) -> Tensor:
-    return (t.unsqueeze(-1) if t.dim() == 1 else t).long()
 
 
 def _stack_targets(graphs: Sequence[Data]) -> Tensor | None:

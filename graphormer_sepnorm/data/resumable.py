@@ -8,8 +8,9 @@ batches are a pure function of (seed, epoch), so the position is just (epoch, ba
 a resumed fit skips the batches it already trained on, then goes on as the uninterrupted fit
 would (``tests/data/test_resumable.py``, ``tests/test_resume.py``, ``tests/test_time_limit.py``).
 
-The count of batches done comes from the trainer's progress, not from counting what the
-iterable handed out: Lightning fetches a batch ahead of the one it trains on.
+The count of batches done comes from the trainer's progress: what was trained, whatever the
+iterable handed out (Lightning 2.6 fetches nothing ahead from a loader with a length, so the
+two agree there).
 """
 
 from __future__ import annotations
@@ -94,6 +95,15 @@ def resume_samplers(samplers: list[ResumableBatchSampler], state: dict[str, int]
 
 class ResumableLoader(DataLoader):
     """A ``DataLoader`` over a :class:`ResumableBatchSampler` that Lightning can checkpoint.
+
+    torchdata's ``StatefulDataLoader`` (0.11.0) would do as well for this loader alone: swapped
+    in, the single-run resume tests pass (only the saved state's form differs), and an epoch
+    costs the same (64 batches of 32 ZINC-like graphs, one thread, no workers: either within
+    15 us a batch of a plain ``DataLoader``, against 4 to 7 ms of collation;
+    ``benchmarks/resumable_loader.py``). It is kept because the grid engine's
+    :class:`~graphormer_sepnorm.grid.batches.DeviceBatches` (packed replicas, the GPU path) is
+    no ``DataLoader`` and resumes through the same sampler: one mechanism and one saved state
+    for both, no other dependency, and the checkpoints saved so far keep resuming.
 
     Args:
         *args: ``DataLoader``'s; ``batch_sampler`` must be a :class:`ResumableBatchSampler`.

@@ -23,25 +23,47 @@ TrainBatches = Literal["random", "size_grouped"]
 SIZE_GROUPED_POOL = 50
 
 
-def make_dataset_info(name: str, task: str, target_names: Sequence[str],
-                      featurizer: Any) -> dict[str, Any]:
+class DataError(ValueError):
+    """A problem with the user's data (a file, column or row), reported without a traceback."""
+
+
+def make_dataset_info(name: str, task: str, target_names: Sequence[str], featurizer: Any,
+                      num_classes: int | None = None,
+                      feature_columns: Sequence[str] = ()) -> dict[str, Any]:
     """The ``dataset_info`` a model is built from: task, targets, the featurizer and its dims.
 
-    ``mol_feature_dim`` is there only when the featurizer computes molecule features.
+    ``mol_feature_dim`` (the featurizer's molecule features, then the descriptor columns) is
+    there only when it is not 0; ``num_classes`` only for multiclass tasks, ``feature_columns``
+    only when given.
 
     Args:
         name: the dataset's name.
-        task: ``'regression'`` or ``'binary'``.
-        target_names: one name per output.
+        task: ``'regression'``, ``'binary'`` or ``'multiclass'``.
+        target_names: one name per label column.
         featurizer: a featurizer (``graphormer_sepnorm.chem.featurizers.Featurizer``).
+        num_classes: classes per label column of a multiclass task.
+        feature_columns: descriptor columns of the user's table, read beside the SMILES.
     """
     info = {"name": name, "task": task, "target_names": list(target_names),
             "atom_feature_dims": list(featurizer.atom_feature_dims),
             "edge_feature_dims": list(featurizer.edge_feature_dims),
             "featurizer": featurizer.to_config()}
-    if featurizer.mol_feature_dim:
-        info["mol_feature_dim"] = featurizer.mol_feature_dim
+    if featurizer.mol_feature_dim or feature_columns:
+        info["mol_feature_dim"] = featurizer.mol_feature_dim + len(feature_columns)
+    if num_classes is not None:
+        info["num_classes"] = int(num_classes)
+    if feature_columns:
+        info["feature_columns"] = list(feature_columns)
     return info
+
+
+def _statistics(values: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per column: the mean and sample standard deviation of the finite values ``[N, C]``."""
+    present = torch.isfinite(values)
+    count = present.sum(0).clamp(min=1)
+    mean = torch.where(present, values, 0).sum(0) / count
+    square = torch.where(present, (values - mean).square(), 0).sum(0)
+    return mean.tolist(), (square / (count - 1).clamp(min=1)).sqrt().tolist()
 
 
 class GraphList(Dataset):
@@ -139,19 +161,23 @@ class GraphDataModule(LightningDataModule):
         engine: a :class:`~graphormer_sepnorm.grid.engine.GridEngine` to serve grid batches
             gathered on the training device (static shapes, for a compiled GPU step);
             ``None`` (default): a DataLoader of the collator's batches, except for packed
-            replicas (a module with ``seeds``), which take a default ``GridEngine``.
+            replicas, which take a default ``GridEngine``.
+        replica_seeds: the seeds of packed replicas trained on these batches, one batch order
+            per seed (the CLI links the model's ``seeds`` here); ``None``: one model (default).
     """
 
     def __init__(self, root: str = "data", batch_size: int = 256,
                  eval_batch_size: int | None = None, num_workers: int = 0,
                  multi_hop_max_dist: int = 20, seed: int = 0,
                  train_batches: TrainBatches = "random",
-                 engine: GridEngine | None = None) -> None:
+                 engine: GridEngine | None = None,
+                 replica_seeds: list[int] | None = None) -> None:
         super().__init__()
         if train_batches not in ("random", "size_grouped"):
             raise ValueError(f"train_batches must be 'random' or 'size_grouped', not "
                              f"{train_batches!r}")
         self.train_batches = train_batches
+        self.replica_seeds = list(replica_seeds) if replica_seeds else None
         self.engine = engine
         self.root = root
         self.batch_size = batch_size
@@ -191,10 +217,19 @@ class GraphDataModule(LightningDataModule):
         self.splits = {name: add_shortest_paths(graphs) for name, graphs in splits.items()}
 
     def target_statistics(self) -> tuple[list[float], list[float]]:
-        """Mean and standard deviation of each target over the training split."""
+        """Mean and standard deviation of each target over its labelled training molecules."""
         self.setup("fit")
-        y = torch.cat([g.y.reshape(1, -1).float() for g in self.splits["train"]])
-        return y.mean(0).tolist(), y.std(0).tolist()
+        return _statistics(torch.cat([g.y.reshape(1, -1).float() for g in self.splits["train"]]))
+
+    def feature_statistics(self) -> tuple[list[float], list[float]]:
+        """Mean and standard deviation of each descriptor column over the training split.
+
+        The last ``len(dataset_info['feature_columns'])`` columns of the graphs' ``mol_x``.
+        """
+        self.setup("fit")
+        columns = len(self.dataset_info.get("feature_columns", []))
+        x = torch.cat([g.mol_x.reshape(1, -1).float() for g in self.splits["train"]])
+        return _statistics(x[:, x.shape[1] - columns:])
 
     def _sampler(self, split: str, train: bool, seed: int,
                  drop_last: bool = False) -> Sampler[list[int]]:
@@ -220,20 +255,14 @@ class GraphDataModule(LightningDataModule):
     def _batches_done(self) -> int:
         return batches_done(self.trainer)
 
-    def _replica_seeds(self) -> list[int] | None:
-        """The seeds of the packed replicas being trained (the module's ``seeds``), if any."""
-        module = self.trainer.lightning_module if self.trainer is not None else None
-        seeds = getattr(module, "seeds", None)
-        return list(seeds) if seeds else None
-
     def _loader(self, split: str, train: bool, packed: bool | None = None,
                 pad: bool = False) -> DataLoader | DeviceBatches:
         """A split's batches; ``packed``: one per replica (default: for training batches).
 
         ``pad``: padded as the engine pads training steps' batches.
         """
-        seeds = self._replica_seeds()
-        if seeds and self.engine is None:
+        seeds = self.replica_seeds
+        if seeds and self.engine is None:  # packed replicas train on stacked grid batches
             self.engine = GridEngine()
         engine = self.engine
         if engine is not None:

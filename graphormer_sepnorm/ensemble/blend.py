@@ -137,6 +137,4 @@ class BlendedModel(nn.Module):
         # a calibration holds for the weight it was made with (another needs a validation)
         same = weight is None or weight == entry["weight"]
         return cls(gp, entry["weight"] if weight is None else weight, network,
-                   entry.get("q90") if same else None,
-                   # calibrated before the members' spread existed: the GP's alone
-                   entry.get("deviation", "gp"))
+                   entry.get("q90") if same else None, entry["deviation"])

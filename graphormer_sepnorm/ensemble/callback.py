@@ -140,16 +140,14 @@ class FingerprintGPBlend(Callback):
     def _update(self, stage: str, pl_module: LightningModule, outputs: Any, batch: Any) -> None:
         if self.blend is None or not self.blend.gp.fitted or outputs is None:
             return
-        task = pl_module.task
         if stage not in self._metrics:
-            self._metrics[stage] = (task.metric().to(outputs.device),
-                                    task.extra_metrics().to(outputs.device))
-        metric, extra = self._metrics[stage]
+            metrics = pl_module.task.metrics().to(outputs.device)
+            metrics.scale = getattr(pl_module.val_metrics, "scale", None)
+            self._metrics[stage] = metrics
         # validation: the GP's raw deviations, which calibrate; test: the calibrated ones
         blended, std = self.blend.to(outputs.device).predict(outputs, batch.mol_x,
                                                              raw=stage == "val")
-        task.update_metric(metric, blended, batch.y)
-        extra.update(blended, batch.y)
+        self._metrics[stage].update(blended, batch.y)
         if std is not None:
             self._seen.setdefault(stage, []).append((blended.detach(), std.detach(),
                                                      batch.y.detach().to(blended.dtype)))
@@ -158,11 +156,8 @@ class FingerprintGPBlend(Callback):
         metrics = self._metrics.pop(stage, None)
         if metrics is None:
             return
-        metric, extra = metrics
-        # computed (and synchronized across processes) by torchmetrics, so logged unsynced
-        values = {pl_module.task.metric_name: metric.compute(), **extra.compute()}
-        values |= self._uncertainty(stage, pl_module)
-        for name, value in values.items():
+        pl_module.log_metrics(stage, metrics, suffix="_blend")
+        for name, value in self._uncertainty(stage, pl_module).items():
             pl_module.log(f"{stage}/{name}_blend", value, sync_dist=False)
 
     def _uncertainty(self, stage: str, pl_module: LightningModule) -> dict[str, Tensor]:

@@ -215,10 +215,7 @@ class FingerprintGP(nn.Module):
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
                               **kwargs: Any) -> None:
-        # fitted buffers have the training set's size: take the checkpoint's shapes; GPs saved
-        # before the uncertainty buffers existed load without them (and give no deviations)
-        for name in ("present", "loo_sq"):
-            state_dict.setdefault(prefix + name, getattr(self, name)[:0])
+        # fitted buffers have the training set's size: take the checkpoint's shapes
         for name in ("train_x", "alpha", "present", "loo_sq"):
             saved = state_dict.get(prefix + name)
             if saved is not None:

@@ -6,7 +6,7 @@ instead of the collator's batches, which the reference model reads through the s
 methods.
 """
 
-from graphormer_sepnorm.grid.batch import GridBatch
+from graphormer_sepnorm.data.batch import GridBatch
 from graphormer_sepnorm.grid.batches import DeviceBatches
 from graphormer_sepnorm.grid.engine import GridEngine
 from graphormer_sepnorm.grid.store import GridGraphs

@@ -8,12 +8,12 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from graphormer_sepnorm.data.batch import GridBatch
 from graphormer_sepnorm.data.resumable import (
     ResumableBatchSampler,
     position_state,
     resume_samplers,
 )
-from graphormer_sepnorm.grid.batch import GridBatch
 from graphormer_sepnorm.grid.store import GridGraphs
 
 

@@ -16,7 +16,7 @@ TrainLength = Literal["bucketed", "longest"]
 
 
 class GridEngine:
-    """Serves a datamodule's splits as :class:`~graphormer_sepnorm.grid.batch.GridBatch` es.
+    """Serves a datamodule's splits as :class:`~graphormer_sepnorm.data.batch.GridBatch` es.
 
     Each split is walked once and kept on the training device
     (:class:`~graphormer_sepnorm.grid.store.GridGraphs`); a step's batch is an index gather

@@ -12,7 +12,7 @@ milliseconds, so that work, and the shapes that change every step, would bound i
   most 255 edge types).
 
 A batch is then a few index gathers on the device, a
-:class:`~graphormer_sepnorm.grid.batch.GridBatch` (every position of the padded ``[B, N]``
+:class:`~graphormer_sepnorm.data.batch.GridBatch` (every position of the padded ``[B, N]``
 grid, every pair of ``[B, N, N]``): its shapes depend only on ``B``, ``N`` and ``S``, nothing
 reads a value back to the host, so a step can be compiled or captured once per shape. The model
 computes exactly what it computes from the collator's batch of the same graphs.
@@ -27,10 +27,10 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.data.collate import GraphormerCollator, _as_2d
+from graphormer_sepnorm.data.batch import GridBatch, as_long_2d
+from graphormer_sepnorm.data.collate import GraphormerCollator
 from graphormer_sepnorm.data.transform import add_shortest_paths
-from graphormer_sepnorm.grid.batch import GridBatch
-from graphormer_sepnorm.nn.cuda.compiling import compiled
+from graphormer_sepnorm.nn.compiling import compiled
 
 #: Graphs walked per collator call while building.
 _CHUNK = 1024
@@ -101,7 +101,7 @@ class GridGraphs:
         """The graphs ``index`` (``[..., B]`` long, on the device) padded to ``length`` atoms.
 
         Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field
-        (:attr:`GridBatch.stacked <graphormer_sepnorm.grid.batch.GridBatch.stacked>`).
+        (:attr:`GridBatch.stacked <graphormer_sepnorm.data.batch.GridBatch.stacked>`).
         ``length`` must be at least the largest atom count among them (see :meth:`length_for`).
         On CUDA the gathers are one compiled function (dynamic shapes: compiled once), a
         handful of kernels instead of about 28 launches (:func:`gathers_compiled`).
@@ -194,7 +194,7 @@ class GridGraphs:
 def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:
     """The flat numpy arrays :class:`GridGraphs` keeps (see the module docstring)."""
     n = np.array([g.num_nodes for g in graphs], dtype=np.int64)
-    edge_attr = np.concatenate([_as_2d(g.edge_attr).numpy() for g in graphs])
+    edge_attr = np.concatenate([as_long_2d(g.edge_attr).numpy() for g in graphs])
     if len(edge_attr):
         edge_types, edge_type = np.unique(edge_attr, axis=0, return_inverse=True)
     else:  # no edges anywhere: one type row keeps every gather in range
@@ -205,7 +205,7 @@ def _host_arrays(graphs: Sequence[Data], k: int) -> dict[str, np.ndarray]:
     path = np.zeros((len(spd), slots), dtype=np.uint8 if len(edge_types) <= 256 else np.int16)
     degree = _walk_paths(graphs, path, edge_type.reshape(-1), n, k)
     return {
-        "x": np.concatenate([_as_2d(g.x).numpy() for g in graphs]).astype(np.int16),
+        "x": np.concatenate([as_long_2d(g.x).numpy() for g in graphs]).astype(np.int16),
         "degree": degree.astype(np.int16),
         "num_nodes": n,
         "node_ptr": np.cumsum(n) - n,

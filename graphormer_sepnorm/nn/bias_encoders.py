@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch
+from graphormer_sepnorm.nn.config import EdgeEncoding
 from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding
-
-EdgeEncoding = Literal["multi_hop", "simple"]
 
 
 class SpatialEncoder(nn.Module):
@@ -59,7 +57,7 @@ class EdgePathEncoder(nn.Module):
     ``bias(i, j) = 1 / min(d_ij, K) * sum_{k < min(d_ij, K)} w_k^T emb(e_k)``.
     The matrices are folded into a ``[K * E, H]`` table (:meth:`hop_table`), so each hop is one
     row of it, summed into its pair by the batch
-    (:meth:`~graphormer_sepnorm.data.collate.GraphormerBatch.hop_sums`).
+    (:meth:`~graphormer_sepnorm.data.batch.GraphormerBatch.hop_sums`).
     ``simple``: only directly bonded pairs get their bond's embedding.
 
     Args:
@@ -70,7 +68,7 @@ class EdgePathEncoder(nn.Module):
 
     Shapes:
         a batch with ``E`` edges and ``P`` pairs
-        (:class:`~graphormer_sepnorm.data.collate.GraphormerBatch`) -> ``[P, H]``.
+        (:class:`~graphormer_sepnorm.data.batch.GraphormerBatch`) -> ``[P, H]``.
 
     Examples:
         >>> from torch_geometric.data import Data
@@ -152,7 +150,7 @@ class AttentionBias(nn.Module):
         edge_encoding: see :class:`EdgePathEncoder`.
 
     Shapes:
-        a :class:`~graphormer_sepnorm.data.collate.GraphormerBatch` of ``B`` graphs padded to
+        a :class:`~graphormer_sepnorm.data.batch.GraphormerBatch` of ``B`` graphs padded to
         ``N`` atoms -> ``[B, H, 1 + N, 1 + N]``.
 
     Examples:

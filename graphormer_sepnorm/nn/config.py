@@ -50,6 +50,10 @@ class GraphormerConfig:
         head_hidden_dim: 0 for Graphormer's linear head (default); else the width of a
             one-hidden-layer MLP head (dropout, linear, ReLU, dropout, linear), which small
             data with molecule features wants.
+        extra_feature_dim: the last columns of the molecule features that come from the
+            user's table as they are (``feature_columns``); the model standardizes them with
+            its ``feature_mean`` and ``feature_std`` buffers, set from the training split.
+            Default: 0.
     """
 
     atom_feature_dims: tuple[int, ...] = ()
@@ -73,6 +77,7 @@ class GraphormerConfig:
     sync_batch_norm: bool = True
     mol_feature_dim: int = 0
     head_hidden_dim: int = 0
+    extra_feature_dim: int = 0
 
     def __post_init__(self) -> None:
         for name in ("atom_feature_dims", "edge_feature_dims", "sepnorm_sites"):
@@ -85,6 +90,8 @@ class GraphormerConfig:
                              f"{self.num_heads} heads")
         if self.mol_feature_dim < 0 or self.head_hidden_dim < 0:
             raise ValueError("mol_feature_dim and head_hidden_dim must be at least 0")
+        if not 0 <= self.extra_feature_dim <= self.mol_feature_dim:
+            raise ValueError("extra_feature_dim must be in [0, mol_feature_dim]")
         if self.edge_encoding not in ("multi_hop", "simple"):
             raise ValueError(f"unknown edge encoding {self.edge_encoding!r}")
 

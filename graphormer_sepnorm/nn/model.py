@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 from graphormer_sepnorm.nn.config import NORM_SITES, GraphormerConfig, NormSite
 from graphormer_sepnorm.nn.dropout import Dropout
@@ -39,8 +39,8 @@ class Graphormer(nn.Module):
         config: the hyperparameters (:class:`~graphormer_sepnorm.nn.config.GraphormerConfig`).
 
     Shapes:
-        a :class:`~graphormer_sepnorm.data.collate.GraphormerBatch` of ``B`` graphs padded to
-        ``N`` atoms (or the grid engine's :class:`~graphormer_sepnorm.grid.batch.GridBatch`,
+        a :class:`~graphormer_sepnorm.data.batch.GraphormerBatch` of ``B`` graphs padded to
+        ``N`` atoms (or the grid engine's :class:`~graphormer_sepnorm.data.batch.GridBatch`,
         which has the same layout methods) -> ``[B, num_tasks]``.
 
     Examples:
@@ -77,6 +77,9 @@ class Graphormer(nn.Module):
         self.final_norm = self._norm("final")
         self.head = _head(c.hidden_dim + c.mol_feature_dim, c.head_hidden_dim, c.num_tasks,
                           c.dropout)
+        if c.extra_feature_dim:  # the table's own descriptors, standardized here
+            self.register_buffer("feature_mean", torch.zeros(c.extra_feature_dim))
+            self.register_buffer("feature_std", torch.ones(c.extra_feature_dim))
         self.reset_parameters()
 
     def _norm(self, site: NormSite, first: bool = False) -> nn.Module:
@@ -102,7 +105,7 @@ class Graphormer(nn.Module):
         """The layers' input: graph token and atom embeddings, ``[B, 1 + N, D]``.
 
         Before the input dropout. Padded positions hold what the batch's
-        :meth:`~graphormer_sepnorm.data.collate.GraphormerBatch.atom_grid` puts there: no real
+        :meth:`~graphormer_sepnorm.data.batch.GraphormerBatch.atom_grid` puts there: no real
         token attends to them, so no output depends on them.
         """
         atoms = self.atom_encoder(batch.x) + self.degree_encoder(batch.degree)
@@ -153,8 +156,24 @@ class Graphormer(nn.Module):
                 raise ValueError(f"the head reads {self.config.mol_feature_dim} molecule "
                                  f"features, the batch has {found}: featurize with the "
                                  "model's featurizer config")
-            embedding = torch.cat([embedding, batch.mol_x.to(embedding.dtype)], dim=-1)
+            embedding = torch.cat([embedding, self._mol_features(batch.mol_x).to(
+                embedding.dtype)], dim=-1)
         return self.head(embedding)
+
+    def _mol_features(self, mol_x: Tensor) -> Tensor:
+        """``mol_x`` with its last ``extra_feature_dim`` columns standardized."""
+        extra = self.config.extra_feature_dim
+        if not extra:
+            return mol_x
+        own = (mol_x[..., -extra:] - self.feature_mean) / self.feature_std
+        return torch.cat([mol_x[..., :-extra], own], dim=-1)
+
+    @torch.no_grad()
+    def set_feature_scaler(self, mean: list[float], std: list[float]) -> None:
+        """Sets ``feature_mean`` and ``feature_std`` (a constant column's std counts as 1)."""
+        std_ = torch.as_tensor(std, dtype=self.feature_std.dtype)
+        self.feature_mean.copy_(torch.as_tensor(mean, dtype=self.feature_mean.dtype))
+        self.feature_std.copy_(torch.where(std_ > 1e-8, std_, torch.ones_like(std_)))
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
         """Predictions (logits for classification), ``[B, num_tasks]``."""

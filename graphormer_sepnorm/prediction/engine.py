@@ -67,10 +67,17 @@ class ChunkResult:
 
 
 def prediction_columns(dataset_info: dict[str, Any]) -> list[str]:
-    """``<target>`` per target for regression, ``<target>_probability`` for binary tasks."""
+    """The model's output columns, in order.
+
+    ``<target>`` per target for regression, ``<target>_probability`` for binary tasks, and
+    ``<target>_class<k>_probability`` for ``k < num_classes`` for multiclass ones.
+    """
     names = [str(name) for name in dataset_info["target_names"]]
     if dataset_info["task"] == "binary":
         return [f"{name}_probability" for name in names]
+    if dataset_info["task"] == "multiclass":
+        return [f"{name}_class{k}_probability" for name in names
+                for k in range(int(dataset_info["num_classes"]))]
     return names
 
 

@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 
 from graphormer_sepnorm.chem.featurizers import Featurizer, featurize_many, featurizer_from_config
-from graphormer_sepnorm.data.collate import GraphormerBatch, GraphormerCollator
+from graphormer_sepnorm.data.batch import GraphormerBatch
+from graphormer_sepnorm.data.collate import GraphormerCollator
 from graphormer_sepnorm.data.shortest_paths import batched_shortest_paths
 
 PackedBatch = dict[str, np.ndarray | None]

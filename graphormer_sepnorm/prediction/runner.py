@@ -191,7 +191,8 @@ def _write_chunk(chunk: pd.DataFrame, result: ChunkResult, column: str, columns:
     """
     stop = _first_error(result) if strict else None
     if stop is not None:
-        raise StrictError(f"row {summary.rows + stop + 1}: {result.errors[stop]} "
+        line = chunk.attrs.get("first_line", summary.rows + 1) + stop
+        raise StrictError(f"line {line}: {result.errors[stop]} "
                           f"(SMILES {chunk[column].iloc[stop]!r}); stopped (--strict), "
                           "no output written")
     table.write(_result_frame(chunk, columns, result))

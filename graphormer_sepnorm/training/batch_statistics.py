@@ -22,7 +22,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from torch import nn
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.model import Graphormer
 from graphormer_sepnorm.nn.sepnorm import GraphTokenBatchNorm
 from graphormer_sepnorm.training.packed import PackedReplicas
@@ -110,15 +110,22 @@ class ReestimateGraphTokenStatistics(Callback):
     step. A datamodule without a ``statistics_dataloader`` gets neither.
 
     Args:
-        max_graphs: training graphs per estimate (per process). Default: 10,000.
+        max_graphs: training graphs per estimate (per process); ``None``: the module's
+            ``statistics_graphs`` hyperparameter (default), 0: no re-estimation.
     """
 
-    def __init__(self, max_graphs: int = 10_000) -> None:
+    def __init__(self, max_graphs: int | None = None) -> None:
         self.max_graphs = max_graphs
+
+    def _graphs(self, pl_module: LightningModule) -> int:
+        if self.max_graphs is not None:
+            return self.max_graphs
+        return int(pl_module.hparams.get("statistics_graphs", 0))
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Training batches stop updating the running statistics, if they are re-estimated."""
-        if getattr(trainer.datamodule, "statistics_dataloader", None) is not None:
+        if getattr(trainer.datamodule, "statistics_dataloader", None) is not None and \
+                self._graphs(pl_module):
             _set_tracking(pl_module, False)
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -133,11 +140,12 @@ class ReestimateGraphTokenStatistics(Callback):
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Re-estimates, unless in the sanity check or outside a fit."""
         batches = getattr(trainer.datamodule, "statistics_dataloader", None)
-        if trainer.sanity_checking or trainer.state.fn != "fit" or batches is None:
+        graphs = self._graphs(pl_module)
+        if trainer.sanity_checking or trainer.state.fn != "fit" or batches is None or not graphs:
             return
         model = getattr(pl_module, "model", None)
         if isinstance(model, Graphormer | PackedReplicas):
-            reestimate_graph_token_statistics(model, batches(), self.max_graphs)
+            reestimate_graph_token_statistics(model, batches(), graphs)
 
 
 def _set_tracking(pl_module: LightningModule, tracks: bool) -> None:
@@ -156,7 +164,8 @@ def refuse_size_grouped_batch_norm(model: nn.Module, datamodule: Any) -> None:
     """
     if getattr(datamodule, "train_batches", "random") != "size_grouped":
         return
-    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+    modules = model.skeleton if isinstance(model, PackedReplicas) else model
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in modules.modules()):
         raise ValueError(
             "train_batches='size_grouped' with a model that normalizes with batch statistics "
             "(SepNorm's BatchNorm): each training batch would hold molecules of nearly one size "

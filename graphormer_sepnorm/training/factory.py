@@ -11,6 +11,7 @@ checkpoint of either kind. The packed module is the same arguments with ``seeds`
 from pathlib import Path
 from typing import Any
 
+from graphormer_sepnorm.checkpoints import read_checkpoint
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
@@ -43,9 +44,6 @@ def graphormer_module(**kwargs: Any) -> GraphormerModule:
 
 def load_module(path: str | Path, **kwargs: Any) -> GraphormerModule:
     """A checkpoint's module, packed or not (``load_from_checkpoint``'s ``kwargs``)."""
-    import torch
-
     # mmap: only the hyperparameters are read here; load_from_checkpoint reads the weights
-    hparams = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get(
-        "hyper_parameters", {})
+    hparams = read_checkpoint(path, mmap=True).get("hyper_parameters", {})
     return module_class(hparams.get("seeds")).load_from_checkpoint(path, **kwargs)

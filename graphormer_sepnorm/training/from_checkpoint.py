@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
+from graphormer_sepnorm.checkpoints import read_checkpoint
 
 EVALUATING = ("validate", "test", "predict")
 # set by the CLI's links from the model's arguments, so not given on the command line
-LINKED = {"multi_hop_max_dist"}
+LINKED = {"multi_hop_max_dist", "replica_seeds"}
 
 
 def _option(args: list[str], name: str) -> str | None:
@@ -39,32 +39,11 @@ def _gives_data(args: list[str]) -> bool:
 
 def checkpoint_data(path: str | Path) -> dict[str, Any] | None:
     """``{'class_path': ..., 'init_args': {...}}`` of the datamodule a checkpoint was fit on."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    hparams = ckpt.get("datamodule_hyper_parameters") or {}
+    hparams = read_checkpoint(path, mmap=True).get("datamodule_hyper_parameters") or {}
     if "_class_path" not in hparams:
         return None
-    init = _upgrade_engine({k: v for k, v in hparams.items()
-                            if not k.startswith("_") and k not in LINKED})
-    if hparams["_class_path"].endswith("SmilesCSVDataModule"):
-        # saved before scaffold ties were hashed: its splits broke them in file order
-        init.setdefault("scaffold_ties", "file_order")
+    init = {k: v for k, v in hparams.items() if not k.startswith("_") and k not in LINKED}
     return {"class_path": hparams["_class_path"], "init_args": init}
-
-
-def _upgrade_engine(init: dict[str, Any]) -> dict[str, Any]:
-    """Datamodule settings saved before the grid engine was an object of its own, as today's.
-
-    ``engine: 'device'`` (with ``train_length``) becomes a ``GridEngine``, ``'loader'``
-    none; ``replica_seeds`` (the module's seeds) and ``train_tokens`` are dropped.
-    """
-    engine = init.get("engine")
-    if isinstance(engine, str):
-        init["engine"] = None if engine == "loader" else {
-            "class_path": "graphormer_sepnorm.grid.GridEngine",
-            "init_args": {"train_length": init.get("train_length", "bucketed")}}
-    for old in ("replica_seeds", "train_length", "train_tokens"):
-        init.pop(old, None)
-    return init
 
 
 def with_checkpoint_data(args: list[str]) -> list[str]:
@@ -72,6 +51,8 @@ def with_checkpoint_data(args: list[str]) -> list[str]:
 
     Only for ``validate``/``test``/``predict`` with ``--ckpt_path`` naming a file whose
     checkpoint records its datamodule, and no ``--data`` or ``--data.class_path`` given.
+    Without a ``--config`` or ``--trainer.logger``, the run logs into the checkpoint's run
+    folder (:func:`run_logger`).
     """
     if not args or args[0] not in EVALUATING or _gives_data(args[1:]):
         return args
@@ -81,7 +62,23 @@ def with_checkpoint_data(args: list[str]) -> list[str]:
     data = checkpoint_data(ckpt)
     if data is None:
         return args
-    return [args[0], "--data", json.dumps(data), *args[1:]]
+    logger = []
+    if not any(a.startswith(("--config", "--trainer.logger")) for a in args[1:]):
+        logger = ["--trainer.logger", json.dumps(run_logger(Path(ckpt), args[0]))]
+    return [args[0], "--data", json.dumps(data), *logger, *args[1:]]
+
+
+def run_logger(checkpoint: Path, subcommand: str) -> dict[str, Any]:
+    """A CSV logger writing into the checkpoint's run folder, ``<run>/<subcommand>/version_k``.
+
+    So that ``test --ckpt_path X`` without a config logs beside the fit, not to
+    ``./lightning_logs``.
+    """
+    folder = checkpoint.parent
+    if folder.name in ("checkpoints", "replicas"):
+        folder = folder.parent
+    return {"class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": str(folder), "name": subcommand}}
 
 
 def missing_data_file(config: Any) -> str | None:

@@ -23,14 +23,17 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-from graphormer_sepnorm.checkpoints import BUNDLED_CHECKPOINTS, bundled_checkpoint_path
+from graphormer_sepnorm.checkpoints import (
+    BUNDLED_CHECKPOINTS,
+    bundled_checkpoint_path,
+    read_checkpoint,
+)
 from graphormer_sepnorm.nn.config import GraphormerConfig
-from graphormer_sepnorm.training import checkpoint_format
 
 #: Config fields that may differ between a checkpoint and the model it initializes.
 FREE_FIELDS = frozenset({"num_tasks", "atom_feature_dims", "edge_feature_dims", "dropout",
                          "attention_dropout", "activation_dropout", "sync_batch_norm",
-                         "mol_feature_dim", "head_hidden_dim"})
+                         "mol_feature_dim", "head_hidden_dim", "extra_feature_dim"})
 
 
 def architecture_differences(source: GraphormerConfig, target: GraphormerConfig) -> list[str]:
@@ -72,7 +75,7 @@ def init_model_from(model: nn.Module, path: str | Path) -> InitReport:
     Args:
         model: A :class:`~graphormer_sepnorm.nn.model.Graphormer` (with ``config``).
         path: A checkpoint of a :class:`~graphormer_sepnorm.training.module.GraphormerModule`
-            (either format; read with ``weights_only=True``), or the name of a bundled one
+            (read with ``weights_only=True``), or the name of a bundled one
             (``'pretrained'``: the descriptor-pretrained start of ``configs/smiles_csv.yaml``).
 
     Returns:
@@ -86,7 +89,7 @@ def init_model_from(model: nn.Module, path: str | Path) -> InitReport:
         path = bundled_checkpoint_path(str(path))
     if not Path(path).is_file():
         raise FileNotFoundError(f"init_from: checkpoint not found: {path}")
-    checkpoint = checkpoint_format.load(path)
+    checkpoint = read_checkpoint(path)
     config = (checkpoint.get("hyper_parameters") or {}).get("config")
     if config is None or "state_dict" not in checkpoint:
         raise ValueError(f"init_from: {path} is not a Graphormer checkpoint (no model config "

@@ -1,27 +1,42 @@
-"""The metrics users compare, beside each stage's main one (``mae`` or ``roc_auc``).
+"""One stage's metrics of a task, each target on its labelled molecules, and their means.
 
-Regression: ``rmse`` and ``r2`` (means over targets of the per-target values), and with several
-targets ``mae_<name>``, ``rmse_<name>`` and ``r2_<name>`` per target; all in the targets' units
-(the module passes de-standardized predictions). Binary: ``pr_auc`` (average precision, mean over
-targets), with one target ``ece`` (expected calibration error of the probabilities, 15
-bins), and with several targets ``roc_auc_<name>`` and ``pr_auc_<name>``. All are torchmetrics
-objects, synchronized across DDP processes when computed.
+:class:`TaskMetrics` keeps the stage's outputs and labels (a ``CatMetric``: gathered across DDP
+processes) and computes at the epoch's end, for each target on the molecules labelled for it:
+
+=============  ==========================================================================
+task           metrics
+=============  ==========================================================================
+regression     ``mae``, ``rmse``, ``r2`` (in the targets' units)
+binary         ``roc_auc``, ``pr_auc`` (average precision), ``ece`` (15-bin calibration)
+multiclass     ``roc_auc`` (one-vs-rest, macro over classes), ``accuracy``, ``f1`` (macro)
+=============  ==========================================================================
+
+Each is logged as the mean over targets (targets where it is undefined, e.g. a split with one
+class of a label, are left out of it) and, with several targets, per target as
+``<metric>_<target>``. With several regression targets the main ``mae`` is the mean of each
+target's MAE divided by its training standard deviation (``scale``), so that no target's
+units decide which checkpoint is best.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
-from torch import Tensor, nn
+import torch.nn.functional as F
+from torch import Tensor
 from torchmetrics import Metric
-from torchmetrics.classification import (
-    BinaryAveragePrecision,
-    BinaryCalibrationError,
-    MultilabelAUROC,
-    MultilabelAveragePrecision,
+from torchmetrics.aggregation import CatMetric
+from torchmetrics.functional.classification import (
+    binary_auroc,
+    binary_average_precision,
+    binary_calibration_error,
+    multiclass_f1_score,
 )
-from torchmetrics.regression import MeanAbsoluteError, MeanSquaredError, R2Score
+from torchmetrics.functional.regression import r2_score
+
+__all__ = ["TaskMetrics", "WeightedMean", "metric_suffix"]
 
 
 def metric_suffix(name: str) -> str:
@@ -29,73 +44,95 @@ def metric_suffix(name: str) -> str:
     return re.sub(r"[^0-9A-Za-z.\-]+", "_", str(name)).strip("_") or "target"
 
 
-class ExtraMetrics(nn.Module):
-    """One stage's additional metrics; :meth:`compute` gives them as named scalars.
+class TaskMetrics(CatMetric):
+    """A stage's outputs and labels; :meth:`compute` gives the task's metrics by name.
 
     Args:
-        task: ``'regression'`` or ``'binary'``.
-        target_names: The targets, in the model's output order.
+        task: ``'regression'``, ``'binary'`` or ``'multiclass'``.
+        target_names: the label columns, in the model's output order (``T``).
+        num_classes: ``K`` of a multiclass task.
+
+    Shapes:
+        :meth:`update` takes ``preds`` ``[B, T]`` (regression: the targets' units; binary:
+        logits) or ``[B, T * K]`` (multiclass logits, target-major), and labels ``[B, T]``
+        with NaN where missing.
     """
 
-    def __init__(self, task: str, target_names: list[str]) -> None:
-        super().__init__()
-        self.task = task
+    def __init__(self, task: str, target_names: list[str], num_classes: int | None = None
+                 ) -> None:
+        super().__init__(nan_strategy="disable")
+        self.task, self.num_classes = task, num_classes
         self.names = [metric_suffix(n) for n in target_names]
-        t = len(target_names)
-        metrics: dict[str, Metric]
-        if task == "regression":
-            metrics = {"mse": MeanSquaredError(num_outputs=t),
-                       "r2": R2Score(multioutput="raw_values")}
-            if t > 1:
-                metrics["mae"] = MeanAbsoluteError(num_outputs=t)
-        elif t == 1:
-            # expected calibration error of the probabilities: 15 equal-width bins
-            metrics = {"pr_auc": BinaryAveragePrecision(), "ece": BinaryCalibrationError()}
-        else:
-            metrics = {"pr_auc": MultilabelAveragePrecision(t, average="none"),
-                       "roc_auc": MultilabelAUROC(t, average="none")}
-        self.metrics = nn.ModuleDict(metrics)
+        self.scale: list[float] | None = None
 
-    def update(self, preds: Tensor, target: Tensor) -> None:
-        """``preds`` and ``target`` ``[B, T]``: values in the targets' units, or logits and 0/1."""
-        if self.task == "binary":
-            target = target.long()
-            if preds.shape[1] == 1:
-                preds, target = preds[:, 0], target[:, 0]
-        elif preds.shape[1] == 1:
-            preds, target = preds[:, 0], target[:, 0]  # R2Score and MSE take [B] for one output
-        for key, metric in self.metrics.items():
-            # the calibration error reads probabilities (given logits, it would guess from range)
-            metric.update(preds.sigmoid() if key == "ece" else preds, target)
+    def update(self, preds: Tensor, target: Tensor) -> None:  # type: ignore[override]
+        """Keeps the batch's ``preds`` and ``target`` (see the class's shapes)."""
+        super().update(torch.cat([preds.detach().float(), target.to(preds.device).float()], 1))
 
-    def compute(self) -> dict[str, Tensor]:
-        """Named scalars (``rmse``, ``r2``, ``rmse_<target>``, ...); then resets the metrics.
+    def compute(self) -> dict[str, Tensor]:  # type: ignore[override]
+        """The metrics by name (means over targets, and per target when there are several).
 
-        Nothing before any update; ``r2`` is NaN with fewer than two molecules.
+        Empty before any update.
         """
-        if not any(m.update_count for m in self.metrics.values()):
+        if not self.update_count:
             return {}
-        values = {k: self._value(k, m) for k, m in self.metrics.items()}
-        for metric in self.metrics.values():
-            metric.reset()
-        if "mse" in values:
-            values["rmse"] = values.pop("mse").sqrt()
-        out: dict[str, Tensor] = {}
-        for key in ("rmse", "r2", "pr_auc", "ece"):
-            if key in values:
-                out[key] = values[key].nanmean()
-        if len(self.names) > 1:
-            for key, per_target in values.items():
-                out.update({f"{key}_{n}": v for n, v in zip(self.names, per_target, strict=True)})
-        return out
+        both = super().compute()
+        t = len(self.names)
+        preds, labels = both[:, :-t], both[:, -t:]
+        k = self.num_classes or 1
+        per_target = [self._one(preds[:, i * k:(i + 1) * k], labels[:, i]) for i in range(t)]
+        out = {key: _nanmean([m[key] for m in per_target]) for key in per_target[0]}
+        if t > 1 and self.task == "regression" and self.scale is not None:
+            out["mae"] = _nanmean([m["mae"] / s for m, s in zip(per_target, self.scale,
+                                                                strict=True)])
+        if t > 1:
+            for name, metrics in zip(self.names, per_target, strict=True):
+                out.update({f"{key}_{name}": value for key, value in metrics.items()})
+        return {key: torch.tensor(value) for key, value in out.items()}
 
-    def _value(self, key: str, metric: Metric) -> Tensor:
-        try:
-            return torch.atleast_1d(metric.compute()).float()
-        except ValueError:  # R2Score: "Needs at least two samples"
-            if key != "r2":
-                raise
-            return torch.full((len(self.names),), float("nan"))
+    def _one(self, preds: Tensor, y: Tensor) -> dict[str, float]:
+        """One target's metrics on its labelled rows (``preds`` ``[N, 1]`` or ``[N, K]``)."""
+        present = ~y.isnan()
+        preds, y = preds[present], y[present]
+        if self.task == "regression":
+            return _regression(preds[:, 0], y)
+        if self.task == "binary":
+            return _binary(preds[:, 0], y.long())
+        return _multiclass(preds, y.long(), self.num_classes or preds.shape[1])
+
+
+def _nanmean(values: list[float]) -> float:
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+def _regression(preds: Tensor, y: Tensor) -> dict[str, float]:
+    if not len(y):
+        return {"mae": math.nan, "rmse": math.nan, "r2": math.nan}
+    error = preds - y
+    r2 = float(r2_score(preds, y)) if len(y) > 1 else math.nan
+    return {"mae": float(error.abs().mean()), "rmse": float(error.square().mean().sqrt()),
+            "r2": r2}
+
+
+def _binary(logits: Tensor, y: Tensor) -> dict[str, float]:
+    if not len(y):
+        return {"roc_auc": math.nan, "pr_auc": math.nan, "ece": math.nan}
+    both = 0 < int(y.sum()) < len(y)
+    return {"roc_auc": float(binary_auroc(logits, y)) if both else math.nan,
+            "pr_auc": float(binary_average_precision(logits, y)) if both else math.nan,
+            "ece": float(binary_calibration_error(logits.sigmoid(), y))}
+
+
+def _multiclass(logits: Tensor, y: Tensor, classes: int) -> dict[str, float]:
+    if not len(y):
+        return {"roc_auc": math.nan, "accuracy": math.nan, "f1": math.nan}
+    probabilities = F.softmax(logits, dim=1)
+    aucs = [float(binary_auroc(probabilities[:, c], (y == c).long()))
+            for c in range(classes) if 0 < int((y == c).sum()) < len(y)]
+    return {"roc_auc": sum(aucs) / len(aucs) if aucs else math.nan,
+            "accuracy": float((logits.argmax(1) == y).float().mean()),
+            "f1": float(multiclass_f1_score(logits, y, classes, average="macro"))}
 
 
 class WeightedMean(Metric):

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule
-from torch import Tensor
-from torchmetrics import Metric
+from torch import Tensor, nn
 from torchmetrics.aggregation import CatMetric
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.checkpoints import require_current, stamp
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.backends import Backend, set_backend
+from graphormer_sepnorm.nn.compiling import compile_kwargs
 from graphormer_sepnorm.nn.config import GraphormerConfig
-from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
 from graphormer_sepnorm.nn.model import Graphormer
-from graphormer_sepnorm.training import checkpoint_format
 from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
-from graphormer_sepnorm.training.init_from import init_model_from
-from graphormer_sepnorm.training.metrics import ExtraMetrics, WeightedMean
+from graphormer_sepnorm.training.init_from import InitReport, init_model_from
+from graphormer_sepnorm.training.metrics import TaskMetrics, WeightedMean
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
 from graphormer_sepnorm.training.tasks import TASKS, make_task
 
@@ -50,8 +47,9 @@ def model_config(config: GraphormerConfig | Mapping[str, Any] | None,
         config = GraphormerConfig.from_dict(config)
     return config.replace(atom_feature_dims=tuple(info["atom_feature_dims"]),
                           edge_feature_dims=tuple(info["edge_feature_dims"]),
-                          num_tasks=len(info["target_names"]),
-                          mol_feature_dim=int(info.get("mol_feature_dim", 0)))
+                          num_tasks=len(info["target_names"]) * int(info.get("num_classes", 1)),
+                          mol_feature_dim=int(info.get("mol_feature_dim", 0)),
+                          extra_feature_dim=len(info.get("feature_columns", [])))
 
 
 class GraphormerModule(LightningModule):
@@ -72,8 +70,8 @@ class GraphormerModule(LightningModule):
     Every hyperparameter is stored as a plain value (the config as ``hparams['config']``, a
     dict), so checkpoints load with ``weights_only=True`` and carry what prediction needs
     (``dataset_info``: featurizer, task, target names; the target scaler as the task's
-    buffers). Checkpoints of the previous format load too
-    (:mod:`~graphormer_sepnorm.training.checkpoint_format`).
+    buffers). A checkpoint of an earlier format is refused; ``graphormer-sepnorm-convert``
+    converts it once (:mod:`~graphormer_sepnorm.convert`).
 
     Args:
         dataset_info: from the datamodule's ``dataset_info``: ``task`` (``'regression'`` or
@@ -88,7 +86,7 @@ class GraphormerModule(LightningModule):
         init_from: a checkpoint whose model weights start this one at fit start (fine-tuning;
             see :func:`~graphormer_sepnorm.training.init_from.init_model_from`): a head of
             another shape and encoders of other feature dims start afresh. A resumed fit's
-            checkpoint, or one loaded with :meth:`load_from_checkpoint`, takes precedence.
+            checkpoint, or one loaded with ``load_from_checkpoint``, takes precedence.
             ``None`` or ``'none'``: from scratch (default).
         lr: peak learning rate. Default: 2e-4.
         head_lr: peak learning rate of the head alone (a fresh head on a pretrained encoder
@@ -103,13 +101,18 @@ class GraphormerModule(LightningModule):
         power: exponent of the decay. Default: 1 (linear).
         standardize_targets: regression only: train on targets standardized with the training
             set's mean and std (set at fit start, stored in the checkpoint). Default: false.
+        statistics_graphs: training molecules over which SepNorm's graph-token BatchNorm
+            statistics are re-estimated, without dropout, before each validation (per process;
+            :class:`~graphormer_sepnorm.training.batch_statistics.ReestimateGraphTokenStatistics`,
+            one of the CLI's default callbacks); 0: they stay the running averages of training.
+            Default: 4096.
         seeds: packed replicas: one model per seed, trained together in this fit, by a
             :class:`~graphormer_sepnorm.training.packed_module.PackedGraphormerModule` (the
             CLI's :func:`~graphormer_sepnorm.training.factory.graphormer_module` makes one
             when seeds are given). ``None``: one model (default).
         compile: ``torch.compile`` mode for the model (``'default'``, ``'reduce-overhead'``:
             CUDA graphs as well, ``'max-autotune'``), applied when the run starts, with the
-            inductor settings of :mod:`~graphormer_sepnorm.nn.cuda.compiling`; ``None``: eager
+            inductor settings of :mod:`~graphormer_sepnorm.nn.compiling`; ``None``: eager
             (default). The CPU wing's encoder is not traced (its C kernels are opaque to
             dynamo). Grid batches (:mod:`~graphormer_sepnorm.grid`) have static shapes and
             trace as one graph.
@@ -129,6 +132,7 @@ class GraphormerModule(LightningModule):
         total_steps: int | None = 400000,
         power: float = 1.0,
         standardize_targets: bool = False,
+        statistics_graphs: int = 4096,
         seeds: list[int] | None = None,
         compile: str | None = None,
     ) -> None:
@@ -142,12 +146,10 @@ class GraphormerModule(LightningModule):
         self.save_hyperparameters(ignore=["config"])
         # the config as plain values, data sizes included: checkpoints load with weights_only
         self.save_hyperparameters({"config": config.to_dict()})
-        self.model = set_backend(Graphormer(config), backend)
-        self.task = make_task(info["task"], info["target_names"])
-        self.val_metric = self.task.metric()
-        self.test_metric = self.task.metric()
-        self.val_extra = self.task.extra_metrics()
-        self.test_extra = self.task.extra_metrics()
+        self.model = self.build_model(config)
+        self.task = make_task(info["task"], info["target_names"], info.get("num_classes"))
+        self.val_metrics = self.task.metrics()
+        self.test_metrics = self.task.metrics()
         # Losses as metrics too: reduced once per epoch, so DDP ranks may see uneven batch counts.
         self.val_loss = WeightedMean()
         self.test_loss = WeightedMean()
@@ -156,38 +158,45 @@ class GraphormerModule(LightningModule):
         self._weights_from_checkpoint = False
         self._compiled = False
 
+    def build_model(self, config: GraphormerConfig) -> nn.Module:
+        """The model this module trains: a :class:`Graphormer` on the ``backend`` asked for."""
+        return set_backend(Graphormer(config), self.hparams["backend"])
+
+    def init_weights_from(self, path: str) -> InitReport:
+        """Copies the matching weights of checkpoint ``path`` (``init_from``) into the model."""
+        return init_model_from(self.model, path)
+
     @property
     def config(self) -> GraphormerConfig:
         """The model's hyperparameters (the data sizes filled in)."""
         return self.model.config
 
     @property
+    def monitor(self) -> str:
+        """The validation metric the best checkpoint is chosen on (the task's main metric)."""
+        return f"val/{self.task.metric_name}"
+
+    @property
+    def monitor_mode(self) -> str:
+        """``'min'`` or ``'max'``: which :attr:`monitor` value is better."""
+        return self.task.mode
+
+    @property
     def dataset_info(self) -> dict[str, Any]:
         """The data the model was trained on (task, target names, feature dims, featurizer)."""
         return dict(self.hparams["dataset_info"])
 
-    @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any,
-                             **kwargs: Any) -> GraphormerModule:
-        """Lightning's ``load_from_checkpoint``; a file of an earlier format is upgraded.
-
-        A local file that is not in the current format (flat hyperparameters, or a GP inside
-        the module) is read, upgraded (:mod:`~graphormer_sepnorm.training.checkpoint_format`)
-        and handed to Lightning from memory.
-        """
-        local = isinstance(checkpoint_path, str | Path) and Path(checkpoint_path).is_file()
-        if local:
-            payload = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-            if not checkpoint_format.is_current(payload):
-                buffer = io.BytesIO()
-                torch.save(checkpoint_format.upgrade(payload), buffer)
-                buffer.seek(0)
-                checkpoint_path = buffer
-        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Marks the checkpoint as of the current format (:func:`~.checkpoints.stamp`)."""
+        stamp(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Upgrades a checkpoint of the previous format in place, before its weights load."""
-        checkpoint.update(checkpoint_format.upgrade(checkpoint))
+        """Refuses a checkpoint of another format before its weights load.
+
+        Raises:
+            CheckpointError: an earlier format: ``graphormer-sepnorm-convert`` converts it.
+        """
+        require_current(checkpoint)
         self._weights_from_checkpoint = True
 
     def forward(self, batch: GraphormerBatch) -> Tensor:
@@ -218,20 +227,30 @@ class GraphormerModule(LightningModule):
         # new tensor with NaN, to expose reads of memory never written, at a cost on every
         # allocation. No op here reads what it has not written, so runs stay the same.
         torch.utils.deterministic.fill_uninitialized_memory = False
+        datamodule = self._trainer.datamodule if self._trainer is not None else None
+        if self.task.scales_targets and self.task.num_targets > 1 and \
+                hasattr(datamodule, "target_statistics"):
+            # several targets are compared on their training standard deviations
+            stds = [max(s, 1e-8) for s in datamodule.target_statistics()[1]]
+            for metrics in self.modules():
+                if isinstance(metrics, TaskMetrics):
+                    metrics.scale = stds
         if stage != "fit":
             return
-        refuse_size_grouped_batch_norm(self.model, self.trainer.datamodule)
+        refuse_size_grouped_batch_norm(self.model, datamodule)
         init_from = self.hparams.get("init_from")
         if init_from not in (None, "none") and not self._weights_from_checkpoint:
-            report = init_model_from(self.model, init_from)
+            report = self.init_weights_from(init_from)
             if self.trainer.is_global_zero:
                 print(report, flush=True)
         if self.hparams["standardize_targets"] and self.task.scales_targets:
-            stats = getattr(self.trainer.datamodule, "target_statistics", None)
-            if stats is None:
-                raise ValueError("standardize_targets needs a datamodule with "
-                                 "target_statistics()")
-            self.task.set_scaler(*stats())
+            self.task.set_scaler(*datamodule.target_statistics())
+        if self.config.extra_feature_dim and not self._weights_from_checkpoint:
+            self.set_feature_scaler(*datamodule.feature_statistics())
+
+    def set_feature_scaler(self, mean: list[float], std: list[float]) -> None:
+        """Sets the model's standardization of the table's descriptor columns."""
+        self.model.set_feature_scaler(mean, std)
 
     def training_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """One optimization step's loss."""
@@ -260,58 +279,61 @@ class GraphormerModule(LightningModule):
         with torch.compiler.set_stance("force_eager"):
             return self.model(batch).float()
 
-    def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Metric,
-                  loss: WeightedMean) -> Tensor:
+    def _evaluate(self, batch: GraphormerBatch, stage: str) -> Tensor:
         out = self.evaluated(batch)
         if stage == "val" and self.task.calibrates:
             self.val_outputs.update(torch.cat([out, batch.y.to(out.dtype)], 1))
+        loss = self.val_loss if stage == "val" else self.test_loss
         loss.update(self.task.loss(out, batch.y), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
         # logits for the classification metrics, the targets' units for the regression ones
         preds = self.task.metric_inputs(out)
-        (self.val_extra if stage == "val" else self.test_extra).update(preds, batch.y)
-        self.task.update_metric(metric, preds, batch.y)
-        self.log(f"{stage}/{self.task.metric_name}", metric, batch_size=batch.num_graphs,
-                 prog_bar=True)
+        (self.val_metrics if stage == "val" else self.test_metrics).update(preds, batch.y)
         return preds
 
     def validation_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
-        """Updates the validation loss and metric.
+        """Updates the validation loss and metrics.
 
         Returns:
-            The metric's inputs (regression: predictions in the targets' units), for callbacks
+            The metrics' inputs (regression: predictions in the targets' units), for callbacks
             such as :class:`~graphormer_sepnorm.ensemble.callback.FingerprintGPBlend`.
         """
-        return self._evaluate(batch, "val", self.val_metric, self.val_loss)
+        return self._evaluate(batch, "val")
 
     def test_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
-        """Updates the test loss and metric; returns the metric's inputs, as validation does."""
-        return self._evaluate(batch, "test", self.test_metric, self.test_loss)
+        """Updates the test loss and metrics; returns the metrics' inputs, as validation does."""
+        return self._evaluate(batch, "test")
 
     def on_validation_epoch_end(self) -> None:
-        """Logs ``val/rmse``, ``val/r2`` or ``val/pr_auc`` (and per-target values).
+        """Logs the validation metrics (:mod:`~graphormer_sepnorm.training.metrics`).
 
-        In a fit, also calibrates the task on the validation outputs (binary: the probabilities'
-        temperature), so the checkpoint saved after this validation predicts with it.
+        In a fit, also calibrates the task on the validation outputs (classifiers: the
+        probabilities' temperature), so the checkpoint saved after this validation predicts
+        with it.
         """
-        self._log_extra("val", self.val_extra)
+        self.log_metrics("val", self.val_metrics)
         if not self.val_outputs.update_count:
             return
         both = self.val_outputs.compute()  # synchronized across processes
         self.val_outputs.reset()
         if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
             t = self.task.num_targets
-            for name, value in self.task.calibrate(both[:, :t], both[:, t:]).items():
+            for name, value in self.task.calibrate(both[:, :-t], both[:, -t:]).items():
                 self.log(f"val/{name}", value, sync_dist=False)
 
     def on_test_epoch_end(self) -> None:
-        """Logs ``test/rmse``, ``test/r2`` or ``test/pr_auc`` (and per-target values)."""
-        self._log_extra("test", self.test_extra)
+        """Logs the test metrics."""
+        self.log_metrics("test", self.test_metrics)
 
-    def _log_extra(self, stage: str, extra: ExtraMetrics) -> None:
+    def log_metrics(self, stage: str, metrics: TaskMetrics, suffix: str = "") -> None:
+        """Logs ``<stage>/<name><suffix>`` for each of ``metrics``' values, then resets them."""
+        if not metrics.update_count:
+            return
         # computed (and synchronized across processes) by torchmetrics, so logged unsynced
-        for name, value in extra.compute().items():
-            self.log(f"{stage}/{name}", value, sync_dist=False)
+        for name, value in metrics.compute().items():
+            self.log(f"{stage}/{name}{suffix}", value, sync_dist=False,
+                     prog_bar=name == self.task.metric_name and not suffix)
+        metrics.reset()
 
     def predict_step(self, batch: GraphormerBatch, batch_idx: int) -> Tensor:
         """Predictions in the targets' units (probabilities for classification)."""

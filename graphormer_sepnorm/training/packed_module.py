@@ -9,16 +9,18 @@ import lightning
 import torch
 from torch import Tensor, nn
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
-from graphormer_sepnorm.nn.backends import set_backend
-from graphormer_sepnorm.nn.cuda.compiling import compiled
-from graphormer_sepnorm.nn.model import Graphormer
-from graphormer_sepnorm.training.batch_statistics import refuse_size_grouped_batch_norm
-from graphormer_sepnorm.training.flat_adamw import FlatAdamW
-from graphormer_sepnorm.training.init_from import init_model_from
+from graphormer_sepnorm.checkpoints import FORMAT_KEY, FORMAT_VERSION
+from graphormer_sepnorm.data.batch import GraphormerBatch
+from graphormer_sepnorm.nn.compiling import compiled
+from graphormer_sepnorm.nn.config import GraphormerConfig
+from graphormer_sepnorm.training.init_from import InitReport, init_model_from
 from graphormer_sepnorm.training.module import GraphormerModule
 from graphormer_sepnorm.training.optimization import adamw_with_schedule
-from graphormer_sepnorm.training.packed import PackedReplicas
+from graphormer_sepnorm.training.packed import (
+    PackedReplicas,
+    clip_grad_norm_per_replica,
+    exempt_untrained,
+)
 
 
 class PackedGraphormerModule(GraphormerModule):
@@ -32,30 +34,48 @@ class PackedGraphormerModule(GraphormerModule):
     BatchNorm statistics, and its gradient is clipped by its own norm.
 
     Logged: ``train/loss`` (the replicas' mean), ``val/<metric>_seed<s>`` per replica and
-    ``val/<metric>`` their mean (what a config's ``ModelCheckpoint`` monitors; its checkpoints
+    ``val/<metric>`` their mean (what the best checkpoint monitors; its checkpoints
     hold all replicas), likewise for ``test``. Each replica's best checkpoint, in a single run's
-    format (loads with :meth:`GraphormerModule.load_from_checkpoint`, predicts, tests), goes to
+    format (loads with ``GraphormerModule.load_from_checkpoint``, predicts, tests), goes to
     ``<log dir>/replicas/seed<s>.ckpt`` whenever its validation metric improves.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        seeds = list(self.hparams["seeds"])
-        models = []
-        for seed in seeds:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                models.append(set_backend(Graphormer(self.config), self.hparams["backend"]))
-        self.model = PackedReplicas(models)
-        self.seeds = seeds
-        self.val_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
-        self.test_metrics = nn.ModuleList(self.task.metric() for _ in seeds)
-        self.best_val: list[float | None] = [None] * len(seeds)
+        self.seeds = list(self.hparams["seeds"])
+        self.val_metrics = nn.ModuleList(self.task.metrics() for _ in self.seeds)
+        self.test_metrics = nn.ModuleList(self.task.metrics() for _ in self.seeds)
+        self.best_val: list[float | None] = [None] * len(self.seeds)
         self._train_losses: Any = None  # replica_losses, compiled with the model
         self._single: list[GraphormerModule] = []  # replica_checkpoint's (not a submodule)
 
+    def build_model(self, config: GraphormerConfig) -> PackedReplicas:
+        """One model per seed, each initialized from ``torch.manual_seed(seed)``, packed."""
+        models = []
+        for seed in self.hparams["seeds"]:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                models.append(super().build_model(config))
+        return PackedReplicas(models)
+
+    def init_weights_from(self, path: str) -> InitReport:
+        """``init_from`` into every replica (the report is each replica's)."""
+        for index in range(len(self.seeds)):
+            replica = self.model.replica(index)
+            report = init_model_from(replica, path)
+            self.model.set_replica(index, replica)
+        return report
+
+    def set_feature_scaler(self, mean: list[float], std: list[float]) -> None:
+        """Sets every replica's standardization of the table's descriptor columns."""
+        for index in range(len(self.seeds)):
+            replica = self.model.replica(index)
+            replica.set_feature_scaler(mean, std)
+            self.model.set_replica(index, replica)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Keeps each replica's best validation metric, so a resumed fit compares with it."""
+        super().on_save_checkpoint(checkpoint)
         checkpoint["replica_best_val"] = list(self.best_val)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -68,20 +88,6 @@ class PackedGraphormerModule(GraphormerModule):
         saved = checkpoint.get("replica_best_val")
         if saved is not None and len(saved) == len(self.seeds):
             self.best_val = list(saved)
-
-    def setup(self, stage: str) -> None:
-        """At fit start: ``init_from`` into every replica, the target scaler."""
-        if stage != "fit":
-            return
-        refuse_size_grouped_batch_norm(self.model.replica(0), self.trainer.datamodule)
-        init_from = self.hparams.get("init_from")
-        if init_from not in (None, "none") and not self._weights_from_checkpoint:
-            for index in range(len(self.seeds)):
-                replica = self.model.replica(index)
-                init_model_from(replica, init_from)
-                self.model.set_replica(index, replica)
-        if self.hparams["standardize_targets"] and self.task.scales_targets:
-            self.task.set_scaler(*self.trainer.datamodule.target_statistics())
 
     def configure_model(self) -> None:
         """With ``compile``: the packed model, and the training forward with its losses."""
@@ -106,33 +112,32 @@ class PackedGraphormerModule(GraphormerModule):
         return total
 
     def configure_optimizers(self) -> dict[str, Any]:
-        """:class:`~.flat_adamw.FlatAdamW` on the replicas' flat parameters, the schedule."""
-        if self.hparams.get("head_lr") not in (None, self.hparams["lr"]):
-            raise ValueError("head_lr is for a single model, not packed replicas")
-        group = {"params": [self.model.flat], "decay_mask": self.model.trained}
-        optimizer = FlatAdamW([group], lr=self.hparams["lr"],
-                              weight_decay=self.hparams["weight_decay"],
-                              compile=self.hparams["compile"] if self._compiled else None)
-        return adamw_with_schedule(self, self.hparams, self.trainer, optimizer)
+        """A single run's AdamW (fused) and schedule, on the replicas' flat parameters.
+
+        Weight decay skips what a single run's would (:func:`~.packed.exempt_untrained`).
+        """
+        configured = adamw_with_schedule(self, self.hparams, self.trainer)
+        exempt_untrained(configured["optimizer"], self.model)
+        return configured
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer,
                                     gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
-        """Clips each replica's gradient by its own norm (or by value), in the optimizer's step.
+        """Clips each replica's gradient by its own norm (or every element by value)."""
+        if not gradient_clip_val:
+            return
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(self.model.flat, gradient_clip_val)
+        else:
+            clip_grad_norm_per_replica([self.model.flat], gradient_clip_val)
 
-        The clipping is done by :meth:`FlatAdamW.step <.flat_adamw.FlatAdamW.step>`, fused
-        with the update; here it only learns the setting.
-        """
-        getattr(optimizer, "optimizer", optimizer).clip(gradient_clip_val,
-                                                         gradient_clip_algorithm)
-
-    def _evaluate(self, batch: GraphormerBatch, stage: str, metric: Any, loss: Any) -> None:
+    def _evaluate(self, batch: GraphormerBatch, stage: str) -> None:
         out = self.evaluated(batch)  # one batch for all replicas: [R, B, T]
         metrics = self.val_metrics if stage == "val" else self.test_metrics
         losses = torch.vmap(self.task.loss, in_dims=(0, None))(out, batch.y)
         for index, replica_out in enumerate(out):
-            self.task.update_metric(metrics[index], self.task.metric_inputs(replica_out),
-                                    batch.y)
+            metrics[index].update(self.task.metric_inputs(replica_out), batch.y)
+        loss = self.val_loss if stage == "val" else self.test_loss
         loss.update(losses.mean(), weight=batch.num_graphs)
         self.log(f"{stage}/loss", loss, batch_size=batch.num_graphs)
 
@@ -141,7 +146,7 @@ class PackedGraphormerModule(GraphormerModule):
         values = self._log_replicas("val", self.val_metrics)
         if self.trainer.sanity_checking:
             return
-        sign = 1.0 if self.task.metric_name == "mae" else -1.0  # lower is better for MAE
+        sign = 1.0 if self.task.mode == "min" else -1.0
         for index, value in enumerate(values):
             best = self.best_val[index]
             if best is None or sign * value < sign * best:
@@ -155,12 +160,13 @@ class PackedGraphormerModule(GraphormerModule):
 
     def _log_replicas(self, stage: str, metrics: nn.ModuleList) -> list[float]:
         name = self.task.metric_name
-        values = [float(m.compute()) for m in metrics]
+        values = []
+        for metric in metrics:
+            values.append(float(metric.compute()[name]))
+            metric.reset()
         for seed, value in zip(self.seeds, values, strict=True):
             self.log(f"{stage}/{name}_seed{seed}", value, sync_dist=False)
         self.log(f"{stage}/{name}", sum(values) / len(values), sync_dist=False, prog_bar=True)
-        for m in metrics:
-            m.reset()
         return values
 
     def replica_checkpoint(self, index: int) -> dict[str, Any]:
@@ -179,7 +185,7 @@ class PackedGraphormerModule(GraphormerModule):
                                       self.model.replica_state_dict(index).items()})
         single.task.load_state_dict(self.task.state_dict())
         trainer = self._trainer
-        return {"state_dict": single.state_dict(),
+        return {FORMAT_KEY: FORMAT_VERSION, "state_dict": single.state_dict(),
                 "hyper_parameters": dict(single.hparams) | private,
                 "epoch": self.current_epoch, "global_step": self.global_step,
                 "pytorch-lightning_version": lightning.__version__,

@@ -19,6 +19,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import EarlyStopping
 
+from graphormer_sepnorm.checkpoints import read_checkpoint
 from graphormer_sepnorm.training.resume import newest, stopped_by_time
 
 ORDER = ("mae", "rmse", "r2", "roc_auc", "pr_auc", "ece", "loss")
@@ -122,7 +123,7 @@ def _checkpoint_lines(trainer: Trainer) -> list[str]:
     last = last_checkpoint(trainer) or ""
     lines = []
     if best and Path(best).is_file():
-        ckpt = torch.load(best, map_location="cpu", weights_only=True, mmap=True)
+        ckpt = read_checkpoint(best, mmap=True)
         metrics = format_metrics(ckpt.get("metrics", {}), ("val/",))
         lines += [f"  best checkpoint: {best}",
                   f"    epoch {ckpt.get('epoch', 0) + 1}, step {ckpt.get('global_step')}: "

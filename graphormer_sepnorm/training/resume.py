@@ -13,6 +13,8 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
 
+from graphormer_sepnorm.checkpoints import read_checkpoint
+
 
 class StepSeeding(Callback):
     """Seeds the random generators from (seed, batch count, rank) before every training batch.
@@ -138,12 +140,12 @@ def newest(paths: Iterable[Path]) -> Path | None:
 
 
 def monitor_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
-    """The saved state of the fit's monitoring ``ModelCheckpoint`` (monitor, best score and file).
+    """The saved state of the fit's monitoring checkpoint callback (monitor, best score and file).
 
     The one with a ``monitor`` among the checkpoint's callback states; ``None`` if none.
     """
-    for key, state in (checkpoint.get("callbacks") or {}).items():
-        if str(key).startswith("ModelCheckpoint") and state.get("monitor"):
+    for state in (checkpoint.get("callbacks") or {}).values():
+        if isinstance(state, dict) and state.get("monitor") and "best_model_path" in state:
             return state
     return None
 
@@ -154,6 +156,5 @@ def best_checkpoint(checkpoint: str | Path) -> Path | None:
     Read from the callback's saved state (``best_model_path``), so a new process finds the best
     checkpoint of an earlier fit from its ``last.ckpt``; ``None`` if none was recorded.
     """
-    state = monitor_state(torch.load(checkpoint, map_location="cpu", weights_only=True,
-                                     mmap=True))
+    state = monitor_state(read_checkpoint(checkpoint, mmap=True))
     return Path(state["best_model_path"]) if state and state.get("best_model_path") else None

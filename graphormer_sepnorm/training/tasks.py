@@ -1,21 +1,24 @@
-"""What each kind of target means to training: its loss, main metric and predictions.
+"""What each kind of label means to training: its loss, metrics, monitor and predictions.
 
-A task is a small ``nn.Module`` (so that the regression target scaler travels in the
-``state_dict`` as ``task.target_mean`` and ``task.target_std``). The Lightning module asks it
-for everything that depends on the target kind, and holds no ``if task == ...`` itself.
+A task is a small ``nn.Module`` (so that the regression target scaler and the classifiers'
+temperatures travel in the ``state_dict`` as ``task.*`` buffers). The Lightning module asks it
+for everything that depends on the label kind, and holds no ``if task == ...`` itself.
 
-=============  ==================================  ==================  ========================
-task           loss (on the head's outputs)        main metric         predictions
-=============  ==================================  ==================  ========================
-regression     L1 on standardized targets          ``mae``             de-standardized values
-binary         BCE with logits                     ``roc_auc``         sigmoid probabilities
-=============  ==================================  ==================  ========================
+=============  ===============================  ================  ==============================
+task           loss (on the head's outputs)     monitor           predictions
+=============  ===============================  ================  ==============================
+regression     L1 on standardized labels        ``mae``, lowest   values in the labels' units
+binary         BCE with logits                  ``roc_auc``       a probability per label
+multiclass     cross-entropy, ``K`` per label   ``roc_auc``       ``K`` probabilities per label
+=============  ===============================  ================  ==============================
 
-Binary probabilities are temperature-scaled (Guo et al., ICML 2017): each validation of a fit
-sets ``task.logit_scale`` (one factor per target, saved in the checkpoint) to the one that
-minimizes the validation molecules' cross-entropy of ``sigmoid(scale * logit)``. It changes no
-ranking (ROC-AUC, PR-AUC), only how far the probabilities are from 0.5: a network trained to
-convergence on BCE tends to be overconfident. Checkpoints saved before it load with scale 1.
+Labels may be missing (NaN): every loss is the mean over the labelled cells only, and the
+metrics (:class:`~graphormer_sepnorm.training.metrics.TaskMetrics`) skip the others.
+
+Classifiers' probabilities are temperature-scaled (Guo et al., ICML 2017): each validation of a
+fit sets ``task.logit_scale`` (one factor per label, saved in the checkpoint) to the one that
+minimizes the validation molecules' cross-entropy of ``softmax(scale * logits)``. It changes no
+ranking, only how far the probabilities are from uniform.
 
 Examples:
     >>> import torch
@@ -23,8 +26,8 @@ Examples:
     >>> task.set_scaler([2.0], [4.0])
     >>> task.to_predictions(torch.tensor([[0.5]]))
     tensor([[4.]])
-    >>> task.metric_name, make_task("binary", ["active"]).metric_name
-    ('mae', 'roc_auc')
+    >>> task.metric_name, make_task("binary", ["active"]).mode
+    ('mae', 'max')
 """
 
 from __future__ import annotations
@@ -35,35 +38,40 @@ from typing import ClassVar, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import Metric
-from torchmetrics.classification import BinaryAUROC, MultilabelAUROC
-from torchmetrics.regression import MeanAbsoluteError
 
-from graphormer_sepnorm.training.metrics import ExtraMetrics
+from graphormer_sepnorm.training.metrics import TaskMetrics
 
-TaskType = Literal["regression", "binary"]
+TaskType = Literal["regression", "binary", "multiclass"]
+
+
+def masked_mean(values: Tensor, present: Tensor) -> Tensor:
+    """The mean of ``values`` where ``present``; 0 when nothing is (no host synchronization)."""
+    return torch.where(present, values, 0).sum() / present.sum().clamp(min=1)
 
 
 class Task(nn.Module):
-    """One kind of target: the base of :class:`RegressionTask` and :class:`BinaryTask`.
+    """One kind of label: the base of the three tasks.
 
-    All methods take the head's outputs ``out`` ``[B, T]`` (float) and targets ``y`` ``[B, T]``.
+    All methods take the head's outputs ``out`` ``[B, C]`` (float; ``C = T``, or ``T * K``
+    for multiclass) and labels ``y`` ``[B, T]`` (NaN where missing).
 
     Args:
-        target_names: The targets, in the model's output order (``T`` of them).
+        target_names: the label columns, in the model's output order (``T`` of them).
 
     Attributes:
-        name: ``'regression'`` or ``'binary'``, as in ``dataset_info['task']``.
-        metric_name: The main metric, logged as ``val/<metric_name>`` and ``test/<...>``.
-        scales_targets: Whether ``standardize_targets`` applies (:meth:`set_scaler`).
-        calibrates: Whether :meth:`calibrate` fits anything (the module then keeps the
-            validation outputs for it).
+        name: as in ``dataset_info['task']``.
+        metric_name: the metric the best checkpoint is chosen on (``val/<metric_name>``).
+        mode: ``'min'`` or ``'max'``: whether a lower or higher one is better.
+        scales_targets: whether ``standardize_targets`` applies (:meth:`set_scaler`).
+        calibrates: whether :meth:`calibrate` fits anything.
     """
 
     name: ClassVar[TaskType]
     metric_name: ClassVar[str]
+    mode: ClassVar[Literal["min", "max"]]
     scales_targets: ClassVar[bool] = False
     calibrates: ClassVar[bool] = False
+    num_classes: int | None = None
 
     def __init__(self, target_names: Sequence[str]) -> None:
         super().__init__()
@@ -71,47 +79,36 @@ class Task(nn.Module):
 
     @property
     def num_targets(self) -> int:
-        """``T``, the outputs of the head."""
+        """``T``, the label columns."""
         return len(self.target_names)
 
     def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        """The training loss, a scalar."""
+        """The training loss over the labelled cells, a scalar."""
         raise NotImplementedError
 
     def to_predictions(self, out: Tensor) -> Tensor:
-        """``out`` as predictions: the targets' units, or probabilities."""
+        """``out`` as predictions: the labels' units, or probabilities."""
         raise NotImplementedError
 
     def metric_inputs(self, out: Tensor) -> Tensor:
-        """What the metrics take for ``out`` (the targets' units, or logits)."""
+        """What the metrics take for ``out`` (the labels' units, or calibrated logits)."""
         raise NotImplementedError
 
-    def metric(self) -> Metric:
-        """A new main metric (one per stage)."""
-        raise NotImplementedError
-
-    def update_metric(self, metric: Metric, preds: Tensor, y: Tensor) -> None:
-        """Feeds ``preds`` (from :meth:`metric_inputs`) and ``y`` to a :meth:`metric`."""
-        metric.update(preds, y)
-
-    def extra_metrics(self) -> ExtraMetrics:
-        """A new :class:`~graphormer_sepnorm.training.metrics.ExtraMetrics` (one per stage)."""
-        return ExtraMetrics(self.name, self.target_names)
+    def metrics(self) -> TaskMetrics:
+        """A new stage's :class:`~graphormer_sepnorm.training.metrics.TaskMetrics`."""
+        return TaskMetrics(self.name, self.target_names, self.num_classes)
 
     def set_scaler(self, mean: Sequence[float] | Tensor, std: Sequence[float] | Tensor) -> None:
         """Sets the target scaler; only tasks with :attr:`scales_targets` have one."""
         raise ValueError(f"{self.name} targets are not standardized")
 
     def calibrate(self, out: Tensor, y: Tensor) -> dict[str, Tensor]:
-        """Fits the predictions' calibration on held-out outputs; returns values to log.
-
-        Nothing for tasks without one (regression: its uncertainty is the GP blend's).
-        """
+        """Fits the predictions' calibration on held-out outputs; returns values to log."""
         return {}
 
 
 class RegressionTask(Task):
-    """L1 loss on standardized targets, ``mae`` in the targets' units.
+    """L1 loss on standardized labels, ``mae`` in the labels' units.
 
     Buffers ``target_mean`` and ``target_std`` ``[T]`` (0 and 1 unless :meth:`set_scaler`
     was called): the head learns ``(y - target_mean) / target_std``.
@@ -119,6 +116,7 @@ class RegressionTask(Task):
 
     name = "regression"
     metric_name = "mae"
+    mode = "min"
     scales_targets = True
     target_mean: Tensor
     target_std: Tensor
@@ -134,31 +132,27 @@ class RegressionTask(Task):
         self.target_std.copy_(torch.as_tensor(std, dtype=torch.float32).clamp(min=1e-8))
 
     def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        """L1 between ``out`` and the standardized targets."""
-        return F.l1_loss(out, (y - self.target_mean) / self.target_std)
+        """L1 between ``out`` and the standardized labels, over the labelled cells."""
+        return masked_mean((out - (y - self.target_mean) / self.target_std).abs(), ~y.isnan())
 
     def to_predictions(self, out: Tensor) -> Tensor:
         """``out * target_std + target_mean``."""
         return out * self.target_std + self.target_mean
 
     def metric_inputs(self, out: Tensor) -> Tensor:
-        """The predictions, in the targets' units."""
+        """The predictions, in the labels' units."""
         return self.to_predictions(out)
-
-    def metric(self) -> Metric:
-        """Mean absolute error (over molecules and targets)."""
-        return MeanAbsoluteError()
 
 
 class BinaryTask(Task):
-    """BCE with logits, ``roc_auc`` (averaged over targets when there are several).
+    """BCE with logits; ``roc_auc`` (the mean over labels) is monitored.
 
-    Buffer ``logit_scale`` ``[T]``: the inverse temperature of each target's probabilities (1
-    until :meth:`calibrate`).
+    Buffer ``logit_scale`` ``[T]``: the inverse temperature of each label's probabilities.
     """
 
     name = "binary"
     metric_name = "roc_auc"
+    mode = "max"
     calibrates = True
     logit_scale: Tensor
 
@@ -167,8 +161,10 @@ class BinaryTask(Task):
         self.register_buffer("logit_scale", torch.ones(self.num_targets))
 
     def loss(self, out: Tensor, y: Tensor) -> Tensor:
-        """Binary cross-entropy of the logits ``out`` against 0/1 targets."""
-        return F.binary_cross_entropy_with_logits(out, y)
+        """Binary cross-entropy of the logits ``out`` against 0/1 labels, labelled cells."""
+        present = ~y.isnan()
+        losses = F.binary_cross_entropy_with_logits(out, y.nan_to_num(0.0), reduction="none")
+        return masked_mean(losses, present)
 
     def to_predictions(self, out: Tensor) -> Tensor:
         """Calibrated probabilities, ``sigmoid(logit_scale * out)``."""
@@ -178,51 +174,95 @@ class BinaryTask(Task):
         """The calibrated logits (ROC-AUC and PR-AUC depend only on their order)."""
         return out * self.logit_scale.to(out.dtype)
 
-    def metric(self) -> Metric:
-        """``BinaryAUROC`` for one target, ``MultilabelAUROC`` (macro) for several."""
-        return BinaryAUROC() if self.num_targets == 1 else MultilabelAUROC(self.num_targets)
-
-    def update_metric(self, metric: Metric, preds: Tensor, y: Tensor) -> None:
-        """Integer targets; ``[B]`` for ``BinaryAUROC``, ``[B, T]`` for ``MultilabelAUROC``."""
-        target = y.long()
-        if preds.shape[1] == 1:
-            preds, target = preds[:, 0], target[:, 0]
-        metric.update(preds, target)
-
     def calibrate(self, out: Tensor, y: Tensor) -> dict[str, Tensor]:
         """Sets ``logit_scale`` from held-out raw logits ``out`` and labels ``y`` ``[N, T]``.
 
-        A target whose labels are all one class (or missing) keeps its scale: nothing there
-        tells how sharp its probabilities should be.
+        A label whose values are all one class (or missing) keeps its scale.
 
         Returns:
-            ``{'logit_scale': mean over targets}``.
+            ``{'logit_scale': mean over labels}``.
         """
         for t in range(self.num_targets):
             present = ~torch.isnan(y[:, t])
-            labels = y[present, t].double()
+            labels = y[present, t].long()
             if 0 < labels.sum() < len(labels):
-                self.logit_scale[t] = inverse_temperature(out[present, t].double(), labels)
+                logits = out[present, t].double()
+                self.logit_scale[t] = inverse_temperature(torch.stack([-logits, logits], 1) / 2,
+                                                          labels)
         return {"logit_scale": self.logit_scale.mean()}
 
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object,
-                              **kwargs: object) -> None:
-        # saved before temperature scaling existed: uncalibrated, as they were trained
-        state_dict.setdefault(prefix + "logit_scale", torch.ones_like(self.logit_scale))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+class MulticlassTask(Task):
+    """Cross-entropy over ``K`` classes per label; ``roc_auc`` (one-vs-rest) is monitored.
+
+    The head's outputs are ``[B, T * K]``, label ``t``'s ``K`` logits at ``t * K .. t * K + K``.
+    Buffer ``logit_scale`` ``[T]``: each label's inverse temperature.
+
+    Args:
+        target_names: the label columns.
+        num_classes: ``K``, at least 2.
+    """
+
+    name = "multiclass"
+    metric_name = "roc_auc"
+    mode = "max"
+    calibrates = True
+    logit_scale: Tensor
+
+    def __init__(self, target_names: Sequence[str], num_classes: int) -> None:
+        super().__init__(target_names)
+        if num_classes < 2:
+            raise ValueError(f"a multiclass task needs at least 2 classes, got {num_classes}")
+        self.num_classes = int(num_classes)
+        self.register_buffer("logit_scale", torch.ones(self.num_targets))
+
+    def _logits(self, out: Tensor) -> Tensor:
+        return out.unflatten(-1, (self.num_targets, self.num_classes))
+
+    def loss(self, out: Tensor, y: Tensor) -> Tensor:
+        """Cross-entropy of each label's ``K`` logits against its class, labelled cells."""
+        logits = self._logits(out)
+        losses = F.cross_entropy(logits.flatten(0, -2), y.nan_to_num(0.0).long().flatten(),
+                                 reduction="none")
+        return masked_mean(losses.view_as(y), ~y.isnan())
+
+    def to_predictions(self, out: Tensor) -> Tensor:
+        """Calibrated class probabilities, ``[B, T * K]`` (each label's ``K`` sum to 1)."""
+        return F.softmax(self._logits(self.metric_inputs(out)), dim=-1).flatten(-2)
+
+    def metric_inputs(self, out: Tensor) -> Tensor:
+        """The calibrated logits ``[B, T * K]``."""
+        scale = self.logit_scale.to(out.dtype).repeat_interleave(self.num_classes)
+        return out * scale
+
+    def calibrate(self, out: Tensor, y: Tensor) -> dict[str, Tensor]:
+        """Sets ``logit_scale`` from held-out raw logits ``[N, T * K]`` and labels ``[N, T]``.
+
+        A label whose values are all one class (or missing) keeps its scale.
+        """
+        logits = self._logits(out)
+        for t in range(self.num_targets):
+            present = ~torch.isnan(y[:, t])
+            labels = y[present, t].long()
+            if len(labels.unique()) > 1:
+                self.logit_scale[t] = inverse_temperature(logits[present, t].double(), labels)
+        return {"logit_scale": self.logit_scale.mean()}
 
 
 def inverse_temperature(logits: Tensor, labels: Tensor, steps: int = 50) -> float:
-    """The ``s > 0`` minimizing the mean BCE of ``sigmoid(s * logits)`` against 0/1 ``labels``.
+    """The ``s > 0`` minimizing the mean cross-entropy of ``softmax(s * logits)`` ``[N, K]``.
 
     Newton's method on this one-dimensional convex problem, from 1 and kept within [1e-3, 1e3]
-    (labels that the logits separate perfectly want ``s`` to grow without end).
+    (labels that the logits separate perfectly want ``s`` to grow without end). With two
+    columns ``(-x/2, x/2)`` it is the binary ``sigmoid(s * x)`` case.
     """
     scale = 1.0
+    chosen = logits.gather(1, labels[:, None])[:, 0]
     for _ in range(steps):
-        p = torch.sigmoid(scale * logits)
-        gradient = float(((p - labels) * logits).mean())
-        curvature = float((p * (1 - p) * logits.square()).mean())
+        p = torch.softmax(scale * logits, dim=1)
+        mean = (p * logits).sum(1)
+        gradient = float((mean - chosen).mean())
+        curvature = float(((p * logits.square()).sum(1) - mean.square()).mean())
         if curvature <= 1e-12:
             break
         step = gradient / curvature
@@ -232,15 +272,20 @@ def inverse_temperature(logits: Tensor, labels: Tensor, steps: int = 50) -> floa
     return scale
 
 
-TASKS: dict[str, type[Task]] = {"regression": RegressionTask, "binary": BinaryTask}
+TASKS: dict[str, type[Task]] = {"regression": RegressionTask, "binary": BinaryTask,
+                                "multiclass": MulticlassTask}
 
 
-def make_task(name: str, target_names: Sequence[str]) -> Task:
-    """The task ``name`` (``'regression'`` or ``'binary'``) for ``target_names``.
+def make_task(name: str, target_names: Sequence[str], num_classes: int | None = None) -> Task:
+    """The task ``name`` for ``target_names`` (and ``num_classes``, for multiclass).
 
     Raises:
-        ValueError: An unknown task name.
+        ValueError: an unknown task name, or a multiclass task without ``num_classes``.
     """
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; use one of {sorted(TASKS)}")
+    if name == "multiclass":
+        if num_classes is None:
+            raise ValueError("a multiclass task needs num_classes (dataset_info['num_classes'])")
+        return MulticlassTask(target_names, num_classes)
     return TASKS[name](target_names)

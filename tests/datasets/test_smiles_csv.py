@@ -12,9 +12,12 @@ import pytest
 import torch
 from tiny_data import SMILES
 
+from graphormer_sepnorm.checkpoints import FORMAT_KEY
 from graphormer_sepnorm.chem.featurizers import featurizer_from_config
+from graphormer_sepnorm.convert import convert_file
 from graphormer_sepnorm.datasets import SmilesCSVDataModule
-from graphormer_sepnorm.datasets.smiles_csv import murcko_scaffold, scaffold_split
+from graphormer_sepnorm.datasets.base import DataError
+from graphormer_sepnorm.datasets.splits import murcko_scaffold, scaffold_split
 
 CONFIG = Path(__file__).parents[2] / "configs" / "smiles_csv.yaml"
 
@@ -103,22 +106,29 @@ def test_too_many_invalid_rows_are_summarized(tmp_path):
 
 
 @pytest.mark.parametrize(("value", "reason"), [
-    ("", "column 'y' is empty"),
-    ("nan", "column 'y' is 'nan' (a missing value)"),
-    ("abc", "column 'y' = 'abc' is not a number"),
-    ("inf", "column 'y' = 'inf' is not finite"),
+    ("abc", "column 'y' = 'abc' is not a finite number"),
+    ("inf", "column 'y' = 'inf' is not a finite number"),
 ])
 def test_bad_target_rejected(tmp_path, value, reason):
     path = write_csv(tmp_path / "t.csv", ["smiles", "y"], [["CCO", 1], ["CCN", value]])
-    with pytest.raises(ValueError, match="data rows") as info:
+    with pytest.raises(DataError, match="data rows") as info:
         load(path)
     assert f"line 3: {reason}" in str(info.value)
 
 
+@pytest.mark.parametrize("value", ["", "nan", "NA"])
+def test_an_empty_label_is_missing_and_its_row_left_out_with_its_line(tmp_path, value):
+    rows = [["CCO", 1], ["CCN", value], ["CCC", 2]]
+    path = write_csv(tmp_path / "t.csv", ["smiles", "y"], rows)
+    with pytest.warns(UserWarning, match=r"1 row\(s\) have no label .*\n  line 3"):
+        splits = load(path, split="random", split_sizes=(1.0, 0.0, 0.0))
+    assert sorted(float(g.y) for g in splits["train"]) == [1.0, 2.0]
+
+
 def test_short_row_means_missing_target(tmp_path):
-    (tmp_path / "short.csv").write_text("smiles,y\nCCO,1\nCCN\n")
-    with pytest.raises(ValueError, match="line 3: column 'y' is empty"):
-        load(tmp_path / "short.csv")
+    (tmp_path / "short.csv").write_text("smiles,y\nCCO,1\nCCN\nCCC,3\n")
+    with pytest.warns(UserWarning, match="line 3"):
+        load(tmp_path / "short.csv", split="random", split_sizes=(1.0, 0.0, 0.0))
 
 
 def test_missing_column_lists_available(tmp_path):
@@ -130,7 +140,7 @@ def test_missing_column_lists_available(tmp_path):
 
 
 def test_missing_file_says_which_option(tmp_path):
-    with pytest.raises(FileNotFoundError, match="--data.path"):
+    with pytest.raises(DataError, match="--data.path"):
         load(tmp_path / "absent.csv")
 
 
@@ -224,7 +234,7 @@ def test_binary_targets_must_be_0_or_1(tmp_path):
     assert {g.y.item() for g in module.load_splits()["train"]} == {0.0, 1.0}
     rows[4][1] = 2
     write_csv(path, ["smiles", "active"], rows)
-    with pytest.raises(ValueError, match="line 6: column 'active' = '2': binary targets"):
+    with pytest.raises(ValueError, match="line 6: column 'active' = '2': binary labels"):
         load(path, target_columns=["active"], task="binary")
 
 
@@ -456,12 +466,13 @@ def test_the_blend_predicts_calibrated_deviations_and_test_scores_them(tmp_path,
     assert (frame["y_std"] > 0).all()
     np.testing.assert_allclose(frame["y_hi90"] - frame["y"], 1.6448536 * frame["y_std"],
                                rtol=1e-5)
-    # a checkpoint from before the deviations: the same predictions, no deviation columns
+    # a checkpoint from before the deviations, converted: the same predictions, no deviations
     old = torch.load(checkpoint, weights_only=True)
     old["ensemble"]["state"] = {k: v for k, v in old["ensemble"]["state"].items()
                                 if k not in ("present", "loo_sq")}
-    del old["ensemble"]["q90"]
+    del old["ensemble"]["q90"], old["ensemble"]["deviation"], old[FORMAT_KEY]
     torch.save(old, tmp_path / "old.ckpt")
+    convert_file(tmp_path / "old.ckpt", tmp_path / "old.ckpt")
     before = predict_smiles(SMILES[:6], checkpoint=tmp_path / "old.ckpt")
     assert list(before.columns) == ["smiles", "y", "error"]
     np.testing.assert_allclose(before["y"], frame["y"], rtol=1e-6)

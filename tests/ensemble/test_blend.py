@@ -1,18 +1,19 @@
 """The blend beside the network: its arithmetic, its checkpoint entry, the callback that fits it,
-and checkpoints from when the module held the GP (they upgrade and predict as before)."""
+and checkpoints from when the module held the GP (they convert and predict as before)."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from graphormer_sepnorm.checkpoints import FORMAT_KEY
+from graphormer_sepnorm.convert import convert
 from graphormer_sepnorm.ensemble import callback as callback_module
 from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.ensemble.callback import FingerprintGPBlend, why_off
 from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP
 from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.training import GraphormerModule
-from graphormer_sepnorm.training.checkpoint_format import is_current, upgrade
 
 MORGAN = {"name": "ogb", "mol_features": ["morgan"],
           "mol_feature_columns": {"morgan": [0, 2048]}}
@@ -115,7 +116,7 @@ def test_too_many_training_molecules_leave_the_gp_off(capsys):
     assert "fingerprint GP off: regression only" in capsys.readouterr().out
 
 
-def test_a_checkpoint_whose_module_held_the_gp_upgrades_and_blends_as_before():
+def test_a_checkpoint_whose_module_held_the_gp_converts_and_blends_as_before():
     # the format from the GP blend's introduction to the ensemble package: the GP's buffers in
     # the module's state_dict (gp.*), its weight among the module's hyperparameters
     from graphormer_sepnorm import GraphormerCollator, add_shortest_paths
@@ -127,9 +128,8 @@ def test_a_checkpoint_whose_module_held_the_gp_upgrades_and_blends_as_before():
            "hyper_parameters": {**module.hparams, "gp_weight": 0.5, "gp_max_train": 5000}}
     old["hyper_parameters"]["dataset_info"] = {**INFO, "featurizer": {
         "name": "ogb", "mol_features": ["morgan"]}}  # no column record then either
-    assert not is_current(old)
-    new = upgrade(old)
-    assert is_current(new) and not any(k.startswith("gp.") for k in new["state_dict"])
+    new = convert(old)
+    assert FORMAT_KEY in new and not any(k.startswith("gp.") for k in new["state_dict"])
     assert "gp_weight" not in new["hyper_parameters"] and new["ensemble"]["weight"] == 0.5
     again = GraphormerModule(**new["hyper_parameters"]).eval()
     again.load_state_dict(new["state_dict"])

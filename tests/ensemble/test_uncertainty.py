@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from graphormer_sepnorm.convert import convert_ensemble
 from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.ensemble.calibration import (
     Z90,
@@ -113,9 +114,12 @@ def test_heteroscedastic_target_gets_wider_intervals_where_noisier_at_nominal_co
 def test_an_uncalibrated_or_old_gp_gives_no_deviations():
     gp, x, y = fitted()
     assert BlendedModel(gp, 0.5).predict(torch.zeros(3, 1), x[:3])[1] is None
-    state = {k: v for k, v in gp.state_dict().items() if k not in ("present", "loo_sq")}
+    entry = BlendedModel(gp, 0.5).to_checkpoint()  # as saved before the deviations existed:
+    entry["state"] = {k: v for k, v in entry["state"].items() if k not in ("present", "loo_sq")}
     old = FingerprintGP({"morgan": (0, 12), "rdkit2d": (12, 15)}, 1)
-    old.load_state_dict(state)  # saved before the deviations existed
+    with pytest.raises(RuntimeError, match="present"):
+        old.load_state_dict(entry["state"])  # unconverted
+    old.load_state_dict(convert_ensemble(entry)["state"])
     assert old.fitted and not old.has_std
     torch.testing.assert_close(old(x), gp(x))
     blend = BlendedModel(old, 0.5, q90=[1.0])
@@ -144,6 +148,8 @@ def test_the_members_spread_adds_to_the_gps_variance_and_old_calibrations_keep_t
     entry = BlendedModel(gp, 0.25, q90=[2.0]).to_checkpoint()
     assert BlendedModel.from_checkpoint(entry).deviation == "gp+members"
     old = {k: v for k, v in entry.items() if k != "deviation"}  # calibrated on the GP's alone
+    old = convert_ensemble(old)
+    assert old["deviation"] == "gp"
     torch.testing.assert_close(BlendedModel.from_checkpoint(old).predict(preds, x[:4])[1],
                                gp_sigma * 2.0 / Z90)
     with pytest.raises(ValueError, match="deviation must be one of"):

@@ -22,7 +22,7 @@ from graphs import ATOM_DIMS, BOND_DIMS, random_graph
 from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.grid import GridEngine, GridGraphs
 from graphormer_sepnorm.nn import Graphormer, GraphormerConfig, set_backend
-from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
+from graphormer_sepnorm.nn.compiling import compile_kwargs
 from graphormer_sepnorm.training.batch_statistics import (
     ReestimateGraphTokenStatistics,
 )
@@ -100,7 +100,7 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
     from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
 
     data = ListDataModule("zinc_subset", synthetic("zinc_subset", 64), batch_size=16,
-                          engine=GridEngine(train_length="longest"))
+                          engine=GridEngine(train_length="longest"), replica_seeds=[0, 1])
     config = GraphormerConfig(num_layers=2, hidden_dim=16, ffn_dim=16, num_heads=4,
                               multi_hop_max_dist=5)
     module = PackedGraphormerModule(dataset_info=data.dataset_info, config=config, seeds=[0, 1],
@@ -121,12 +121,15 @@ def test_bf16_mixed_fit_of_a_few_steps_with_packed_replicas(tmp_path):
 
 
 def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
-    """As ``tests/training/test_packed.py`` on the CPU: packed training's own AdamW (flat, each
-    replica clipped by its own norm, weight decay only where a parameter is trained), whose
-    decay skips the parameters no loss reaches (the last layer's atom norms), as
-    ``torch.optim.AdamW`` skips them in a single run (their gradient is ``None`` there)."""
-    from graphormer_sepnorm.training.flat_adamw import FlatAdamW
-    from graphormer_sepnorm.training.packed import PackedReplicas
+    """As ``tests/training/test_packed.py`` on the CPU: packed training's AdamW (fused, on the
+    flat parameter, each replica clipped by its own norm), whose decay skips the parameters no
+    loss reaches (the last layer's atom norms), as ``torch.optim.AdamW`` skips them in a single
+    run (their gradient is ``None`` there)."""
+    from graphormer_sepnorm.training.packed import (
+        PackedReplicas,
+        clip_grad_norm_per_replica,
+        exempt_untrained,
+    )
 
     data = graphs()
     store = GridGraphs(data, multi_hop_max_dist=5, device=DEVICE)
@@ -139,15 +142,15 @@ def test_two_packed_replicas_train_as_two_single_runs_on_cuda():
                                         for _ in range(2)]) for _ in range(4)]).to(DEVICE)
     singles = [copy.deepcopy(first), copy.deepcopy(second)]
     packed = PackedReplicas([first, second])
-    optimizer = FlatAdamW([{"params": [packed.flat], "decay_mask": packed.trained}], lr=1e-2,
-                          weight_decay=0.01)
-    optimizer.clip(0.05)
+    optimizer = torch.optim.AdamW([packed.flat], lr=1e-2, weight_decay=0.01, fused=True)
+    exempt_untrained(optimizer, packed)
     for index in batches:
         batch = store.batch(index, 32)
         loss = sum(torch.nn.functional.mse_loss(o, y.to(o.dtype)) for o, y in
                    zip(packed(batch), batch.y, strict=True))
         optimizer.zero_grad()
         loss.backward()
+        clip_grad_norm_per_replica([packed.flat], 0.05)
         optimizer.step()
     for r, single in enumerate(singles):
         optimizer = torch.optim.AdamW(single.parameters(), lr=1e-2, weight_decay=0.01)

@@ -16,7 +16,7 @@ from nn.test_backends import NO_DROPOUT, assert_same, model_pair, run, single_at
 from graphormer_sepnorm.data import GraphormerCollator, SizeGroupedBatchSampler
 from graphormer_sepnorm.grid import DeviceBatches, GridBatch, GridGraphs, store
 from graphormer_sepnorm.nn import set_backend
-from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs
+from graphormer_sepnorm.nn.compiling import compile_kwargs
 
 
 def mixed_graphs():

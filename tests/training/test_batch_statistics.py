@@ -170,7 +170,8 @@ def test_callback_stops_training_updates_only_in_fits_it_reestimates_in(packed):
     models = [model_pair(torch.float64, multi_hop_max_dist=5)[0] for _ in range(2)]
     model = PackedReplicas(models) if packed else models[0]
     norms = list(graph_token_norms(model).values())
-    module, callback = SimpleNamespace(model=model), ReestimateGraphTokenStatistics()
+    module = SimpleNamespace(model=model, hparams={"statistics_graphs": 4096})
+    callback = ReestimateGraphTokenStatistics()
 
     def running():
         return statistics(model.replica(1) if packed else model)
@@ -192,4 +193,7 @@ def test_callback_stops_training_updates_only_in_fits_it_reestimates_in(packed):
     assert trains_one_batch()
     callback.on_fit_start(fit, module)
     callback.on_exception(fit, module, RuntimeError())
+    assert all(n.tracks_in_training for n in norms)
+    off = SimpleNamespace(model=model, hparams={"statistics_graphs": 0})
+    callback.on_fit_start(fit, off)  # --model.statistics_graphs 0: training keeps them
     assert all(n.tracks_in_training for n in norms)

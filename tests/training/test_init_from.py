@@ -4,9 +4,9 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from graphs import random_graph
-from old_format import downgrade
 from torch.utils.data import DataLoader
 
+from graphormer_sepnorm.checkpoints import stamp
 from graphormer_sepnorm.data import GraphormerCollator, add_shortest_paths
 from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.training import GraphormerModule
@@ -23,9 +23,9 @@ def module(info=INFO, config=TINY, **kwargs) -> GraphormerModule:
     return GraphormerModule(info, config, total_steps=10, warmup_steps=1, **kwargs)
 
 
-def save(source: GraphormerModule, path, old: bool = False):
+def save(source: GraphormerModule, path):
     ckpt = {"state_dict": source.state_dict(), "hyper_parameters": dict(source.hparams)}
-    torch.save(downgrade(ckpt) if old else ckpt, path)
+    torch.save(stamp(ckpt), path)
     return path
 
 
@@ -54,10 +54,9 @@ def fit(m: GraphormerModule, tmp_path, steps=1, ckpt_path=None) -> StartWeights:
     return start
 
 
-@pytest.mark.parametrize("old", [False, True])
-def test_other_head_and_feature_dims_start_fresh(tmp_path, old):
+def test_other_head_and_feature_dims_start_fresh(tmp_path):
     source = module()
-    path = save(source, tmp_path / "pretrained.ckpt", old=old)
+    path = save(source, tmp_path / "pretrained.ckpt")
     # three targets, another atom vocabulary, other dropouts: only these may differ
     info = dict(INFO, target_names=["a", "b", "c"], atom_feature_dims=[7, 3])
     target = module(info, TINY.replace(dropout=0.3, sync_batch_norm=False))

@@ -7,6 +7,7 @@ from ogb.graphproppred import Evaluator
 from torch_geometric.data import Data
 
 from graphormer_sepnorm import GraphormerCollator, add_shortest_paths
+from graphormer_sepnorm.checkpoints import read_checkpoint, stamp
 from graphormer_sepnorm.nn.config import GraphormerConfig
 from graphormer_sepnorm.training import GraphormerModule
 
@@ -33,8 +34,9 @@ def test_binary_auroc_equals_ogb_evaluator():
     y = gen.integers(0, 2, 500)
     scores = gen.normal(size=500) + y  # informative but imperfect
     module = tiny()
-    module.test_metric.update(torch.tensor(scores, dtype=torch.float32), torch.tensor(y))
-    ours = float(module.test_metric.compute())
+    module.test_metrics.update(torch.tensor(scores, dtype=torch.float32)[:, None],
+                               torch.tensor(y)[:, None])
+    ours = float(module.test_metrics.compute()["roc_auc"])
     ogb = Evaluator("ogbg-molhiv").eval({"y_true": y.reshape(-1, 1),
                                          "y_pred": scores.reshape(-1, 1)})["rocauc"]
     assert ours == pytest.approx(ogb, abs=1e-6)
@@ -63,9 +65,9 @@ def test_binary_forward_gives_probabilities():
 def test_checkpoint_hparams_are_plain_and_load_weights_only(tmp_path):
     module = tiny(config={"sepnorm": False}, warmup_steps=0.2)
     path = tmp_path / "m.ckpt"
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)},
-               path)
-    ckpt = torch.load(path, weights_only=True)
+    torch.save(stamp({"state_dict": module.state_dict(),
+                      "hyper_parameters": dict(module.hparams)}), path)
+    ckpt = read_checkpoint(path)
     again = GraphormerModule(**ckpt["hyper_parameters"])
     again.load_state_dict(ckpt["state_dict"])
     assert again.hparams["dataset_info"] == INFO
@@ -77,6 +79,8 @@ def test_missing_or_bad_dataset_info_is_explained():
     with pytest.raises(ValueError, match="dataset_info is required"):
         GraphormerModule()
     with pytest.raises(ValueError, match="unknown task"):
+        tiny(dict(INFO, task="ordinal"))
+    with pytest.raises(ValueError, match="needs num_classes"):
         tiny(dict(INFO, task="multiclass"))
     with pytest.raises(ValueError, match="lacks"):
         tiny({"task": "binary"})
@@ -86,8 +90,8 @@ def test_multitask_binary_metric_is_mean_auroc():
     module = tiny(dict(INFO, target_names=["a", "b"]))
     y = torch.tensor([[0, 1], [1, 0], [1, 1], [0, 0]])
     scores = torch.tensor([[0.1, 0.9], [0.8, 0.3], [0.7, 0.6], [0.2, 0.4]])
-    module.val_metric.update(scores, y)
-    assert float(module.val_metric.compute()) == pytest.approx(1.0)
+    module.val_metrics.update(scores, y)
+    assert float(module.val_metrics.compute()["roc_auc"]) == pytest.approx(1.0)
 
 
 def test_single_graph_targets_shape():

@@ -16,8 +16,11 @@ from nn.test_backends import model_pair
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from graphormer_sepnorm.grid import GridGraphs
-from graphormer_sepnorm.training.flat_adamw import FlatAdamW
-from graphormer_sepnorm.training.packed import PackedReplicas, clip_grad_norm_per_replica
+from graphormer_sepnorm.training.packed import (
+    PackedReplicas,
+    clip_grad_norm_per_replica,
+    exempt_untrained,
+)
 
 STEPS = 4
 CLIP = 0.05  # small, so that clipping acts on most steps
@@ -37,9 +40,9 @@ def train_single(model, store, batches, length):
 
 
 def train_packed(packed, store, batches, length):
-    optimizer = FlatAdamW([{"params": [packed.flat], "decay_mask": packed.trained}], lr=1e-2,
-                          weight_decay=0.01)
-    optimizer.clip(CLIP)  # each replica by its own norm, inside the step
+    """As the packed module trains: one fused AdamW on ``flat``, each replica clipped alone."""
+    optimizer = torch.optim.AdamW([packed.flat], lr=1e-2, weight_decay=0.01, fused=True)
+    exempt_untrained(optimizer, packed)
     packed.train()
     for index in batches:
         batch = store.batch(index, length)
@@ -48,6 +51,7 @@ def train_packed(packed, store, batches, length):
                    for o, y in zip(out, batch.y, strict=True))
         optimizer.zero_grad()
         loss.backward()
+        clip_grad_norm_per_replica([packed.flat], CLIP)
         optimizer.step()
     return packed
 
@@ -166,31 +170,6 @@ def test_packed_linear_layers_are_one_product_per_replica() -> None:
     assert {batch for batch, _, _ in weight_shaped} == {2}, weight_shaped
 
 
-@pytest.mark.parametrize("clip", [("norm", 1.0), ("value", 0.05), (None, None)])
-def test_flat_adamw_steps_as_clipping_then_adamw(clip) -> None:
-    """FlatAdamW's fused step is clip_grad_norm_per_replica (or by value) then torch's AdamW."""
-    algorithm, value = clip
-    gen = torch.Generator().manual_seed(3)
-    start = torch.randn(3, 40, generator=gen, dtype=torch.float64)
-    fused, plain = (torch.nn.Parameter(start.clone()) for _ in range(2))
-    flat = FlatAdamW([fused], lr=1e-2, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)
-    flat.clip(value, algorithm)
-    adamw = torch.optim.AdamW([plain], lr=1e-2, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1)
-    for _ in range(5):
-        grad = torch.randn(3, 40, generator=gen, dtype=torch.float64)
-        grad[1] *= 1e-3  # replica 1 below the norm
-        fused.grad, plain.grad = grad.clone(), grad.clone()
-        if algorithm == "norm":
-            clip_grad_norm_per_replica([plain], value)
-        elif algorithm == "value":
-            torch.nn.utils.clip_grad_value_([plain], value)
-        flat.step()
-        adamw.step()
-        torch.testing.assert_close(fused, plain, rtol=1e-12, atol=1e-12)
-    assert flat.state[fused]["step"] == 5
-    assert not torch.equal(fused, start)
-
-
 def test_packed_state_dict_has_one_stacked_entry_per_parameter() -> None:
     first, _ = model_pair(torch.float64)
     second, _ = model_pair(torch.float64)
@@ -220,16 +199,27 @@ def test_parameters_forward_never_reads_are_exempt_from_weight_decay() -> None:
                          "final_norm.tok_norm.weight", "final_norm.tok_norm.bias"}
 
 
-def test_a_decay_mask_on_another_device_is_moved_to_the_parameters_once() -> None:
-    """On a GPU the packed replicas' mask once stayed on the CPU beside CUDA parameters, and
-    the step failed; the meta device stands in for the other device here."""
-    param = torch.nn.Parameter(torch.zeros(2, 3, device="meta"))
-    param.grad = torch.zeros(2, 3, device="meta")
-    mask = torch.tensor([1.0, 0.0, 1.0])
-    optimizer = FlatAdamW([{"params": [param], "decay_mask": mask}], lr=1e-2)
-    optimizer.step()
-    moved = optimizer.param_groups[0]["decay_mask"]
-    assert moved.device.type == "meta" and moved.shape == (3,)
-    optimizer.step()
-    assert optimizer.param_groups[0]["decay_mask"] is moved  # once, then kept
-    assert optimizer.state[param]["exp_avg"].device.type == "meta"
+def test_weight_decay_leaves_the_untrained_elements_alone() -> None:
+    """With exempt_untrained, AdamW steps the trained elements as without it and leaves the
+    untrained ones (zero gradient) where they were; without it they decay."""
+    model, _ = model_pair(torch.float64)
+    packed = PackedReplicas([model, copy.deepcopy(model)])
+    start = packed.flat.detach().clone()
+    trained = packed.trained.bool()
+    plain = torch.nn.Parameter(start.clone())
+    exempt = torch.optim.AdamW([packed.flat], lr=0.1, weight_decay=0.5, fused=True)
+    exempt_untrained(exempt, packed)
+    reference = torch.optim.AdamW([plain], lr=0.1, weight_decay=0.5, fused=True)
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        grad = torch.randn(start.shape, generator=gen, dtype=torch.float64) * packed.trained
+
+        def closure(grad=grad):  # as Lightning steps: the gradient comes inside the step
+            packed.flat.grad = grad.clone()
+
+        exempt.step(closure)
+        plain.grad = grad.clone()
+        reference.step()
+    assert torch.equal(packed.flat[:, ~trained], start[:, ~trained])
+    assert torch.equal(packed.flat[:, trained], plain[:, trained])
+    assert (plain - start)[:, ~trained].ne(0).all()  # decay moves every one of them

@@ -1,17 +1,24 @@
-"""The task objects: each owns its loss, main metric, predictions and target scaler."""
+"""The task objects: each owns its loss (over labelled cells), predictions and calibration."""
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torchmetrics.classification import BinaryAUROC, MultilabelAUROC
-from torchmetrics.regression import MeanAbsoluteError
 
-from graphormer_sepnorm.training.tasks import BinaryTask, RegressionTask, make_task
+from graphormer_sepnorm.training.tasks import (
+    BinaryTask,
+    MulticlassTask,
+    RegressionTask,
+    inverse_temperature,
+    make_task,
+)
+
+NAN = float("nan")
 
 
 def test_regression_standardizes_and_destandardizes():
     task = make_task("regression", ["a", "b"])
     assert isinstance(task, RegressionTask) and task.metric_name == "mae" and task.scales_targets
+    assert task.mode == "min"
     task.set_scaler([1.0, -2.0], [2.0, 0.0])  # a zero std is clamped
     assert torch.equal(task.target_std, torch.tensor([2.0, 1e-8]))
     out = torch.tensor([[0.5, 3.0], [1.0, -1.0]])
@@ -22,16 +29,38 @@ def test_regression_standardizes_and_destandardizes():
     assert torch.allclose(task.loss(out, y), F.l1_loss(out, standardized))
     # the scaler is the task's state, so a module's state_dict carries it
     assert set(task.state_dict()) == {"target_mean", "target_std"}
-    metric = task.metric()
-    assert isinstance(metric, MeanAbsoluteError)
-    task.update_metric(metric, task.metric_inputs(out), y)
-    assert float(metric.compute()) == pytest.approx(
-        float((task.to_predictions(out) - y).abs().mean()))
+
+
+@pytest.mark.parametrize("name", ["regression", "binary", "multiclass"])
+def test_the_masked_loss_is_the_loss_on_the_labelled_cells_alone(name):
+    generator = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 3, (6, 2), generator=generator).float()
+    if name == "binary":
+        y = (y > 0).float()
+    y[0, 1] = y[3, 0] = y[4, 0] = y[4, 1] = NAN  # molecule 4 has no label at all
+    task = make_task(name, ["a", "b"], num_classes=3 if name == "multiclass" else None)
+    width = 6 if name == "multiclass" else 2
+    out = torch.randn(6, width, generator=generator)
+    present = ~y.isnan()
+    if name == "regression":
+        task.set_scaler([0.5, 1.0], [2.0, 3.0])
+        z = (y - task.target_mean) / task.target_std
+        expected = F.l1_loss(out[present], z[present])
+    elif name == "binary":
+        expected = F.binary_cross_entropy_with_logits(out[present], y[present])
+    else:
+        logits = out.view(6, 2, 3)[present]
+        expected = F.cross_entropy(logits, y[present].long())
+    assert torch.allclose(task.loss(out, y), expected)
+    # under vmap too (packed replicas): no boolean indexing, no host synchronization
+    stacked = torch.vmap(task.loss, in_dims=(0, None))(torch.stack([out, out]), y)
+    assert torch.allclose(stacked, expected.expand(2))
+    assert float(task.loss(out, torch.full_like(y, NAN))) == 0.0  # nothing labelled
 
 
 def test_binary_uses_logits_for_loss_and_metrics_and_has_no_scaler():
     task = make_task("binary", ["active"])
-    assert isinstance(task, BinaryTask) and task.metric_name == "roc_auc"
+    assert isinstance(task, BinaryTask) and task.metric_name == "roc_auc" and task.mode == "max"
     # its state: the probabilities' inverse temperature, 1 until calibrated
     assert not task.scales_targets and task.calibrates
     assert dict(task.state_dict()) == {"logit_scale": torch.ones(1)}
@@ -40,28 +69,42 @@ def test_binary_uses_logits_for_loss_and_metrics_and_has_no_scaler():
     assert torch.allclose(task.to_predictions(out), torch.sigmoid(out))
     assert torch.equal(task.metric_inputs(out), out)
     assert torch.allclose(task.loss(out, y), F.binary_cross_entropy_with_logits(out, y))
-    metric = task.metric()
-    assert isinstance(metric, BinaryAUROC)
-    task.update_metric(metric, out, y)  # [B, 1] to BinaryAUROC's [B]
-    assert float(metric.compute()) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="not standardized"):
         task.set_scaler([0.0], [1.0])
 
 
-def test_multilabel_binary_metric_and_extra_metrics():
-    task = make_task("binary", ["a", "b"])
-    metric = task.metric()
-    assert isinstance(metric, MultilabelAUROC)
-    task.update_metric(metric, torch.tensor([[0.1, 0.9], [0.8, 0.3], [0.7, 0.6], [0.2, 0.4]]),
-                       torch.tensor([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]]))
-    assert float(metric.compute()) == pytest.approx(1.0)
-    extra = task.extra_metrics()
-    assert extra.task == "binary" and extra.names == ["a", "b"]
+def test_multiclass_predicts_probabilities_summing_to_one_per_label():
+    task = make_task("multiclass", ["kind", "grade"], num_classes=3)
+    assert isinstance(task, MulticlassTask) and task.num_classes == 3 and task.mode == "max"
+    out = torch.randn(5, 6)
+    probabilities = task.to_predictions(out)
+    assert probabilities.shape == (5, 6)
+    torch.testing.assert_close(probabilities.view(5, 2, 3).sum(-1), torch.ones(5, 2))
+    torch.testing.assert_close(probabilities[:, 3:], F.softmax(out[:, 3:], dim=1))
+    task.logit_scale.copy_(torch.tensor([1.0, 0.5]))
+    torch.testing.assert_close(task.to_predictions(out)[:, 3:], F.softmax(out[:, 3:] / 2, dim=1))
+    with pytest.raises(ValueError, match="needs num_classes"):
+        make_task("multiclass", ["kind"])
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        MulticlassTask(["kind"], 1)
+
+
+def test_multiclass_temperature_undoes_overconfidence():
+    generator = torch.Generator().manual_seed(3)
+    z = torch.randn(20_000, 3, generator=generator) * 2
+    labels = torch.multinomial(F.softmax(z, dim=1), 1, generator=generator)[:, 0]
+    task = MulticlassTask(["kind"], 3)
+    task.calibrate(3.0 * z, labels[:, None].float())
+    assert float(task.logit_scale[0]) == pytest.approx(1 / 3, rel=0.05)
+    # two classes (-x/2, x/2) are the binary case
+    x = torch.tensor([2.0, -1.0, 0.5, -3.0, 1.0], dtype=torch.float64)
+    binary = torch.tensor([1, 0, 0, 1, 1])
+    assert inverse_temperature(torch.stack([-x, x], 1) / 2, binary) > 0
 
 
 def test_unknown_task():
-    with pytest.raises(ValueError, match="unknown task 'multiclass'"):
-        make_task("multiclass", ["y"])
+    with pytest.raises(ValueError, match="unknown task 'ordinal'"):
+        make_task("ordinal", ["y"])
 
 
 def _overconfident(n: int, sharpness: float, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,10 +158,15 @@ def test_calibration_skips_missing_labels_and_one_class_targets():
     assert float(task.logit_scale[1]) == 1.0
 
 
-def test_a_binary_task_saved_before_calibration_loads_uncalibrated():
+def test_a_binary_task_saved_before_calibration_converts_uncalibrated():
+    from graphormer_sepnorm.convert import convert_state_dict
+
     task = BinaryTask(["active"])
     task.logit_scale.fill_(0.5)
-    task.load_state_dict({})  # an old checkpoint's task had no state
+    with pytest.raises(RuntimeError, match="logit_scale"):
+        task.load_state_dict({})  # an old checkpoint's task had no state: convert it first
+    state = convert_state_dict({}, "binary", 1)
+    task.load_state_dict({k.removeprefix("task."): v for k, v in state.items()})
     assert torch.equal(task.logit_scale, torch.ones(1))
     out = torch.tensor([[-1.0], [2.0]])
     assert torch.equal(task.to_predictions(out), torch.sigmoid(out))

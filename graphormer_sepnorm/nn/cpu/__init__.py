@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.cpu.encoder import encode, why_not
 from graphormer_sepnorm.nn.model import Graphormer
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.cpu.dropout import dropout
 from graphormer_sepnorm.nn.cpu.fused_sepnorm import layer_norm_batch_norm_rows
 from graphormer_sepnorm.nn.cpu.group_bias import group_biases

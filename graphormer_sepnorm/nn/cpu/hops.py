@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx
 
-from graphormer_sepnorm.data.collate import GraphormerBatch
+from graphormer_sepnorm.data.batch import GraphormerBatch
 from graphormer_sepnorm.nn.bias_encoders import AttentionBias
 
 

@@ -1,9 +1,9 @@
-"""``nn.cuda.compiling``: every compile of the package gets its mode's options and the fix."""
+"""``nn.compiling``: every compile of the package gets its mode's options and the fix."""
 
 import torch
 
-from graphormer_sepnorm.nn.cuda import compiling
-from graphormer_sepnorm.nn.cuda.compiling import compile_kwargs, compiled
+from graphormer_sepnorm.nn import compiling
+from graphormer_sepnorm.nn.compiling import compile_kwargs, compiled
 
 
 def test_a_mode_is_spelled_out_as_its_options_with_the_workaround() -> None:
