@@ -48,7 +48,7 @@ class Cell:
 
     @property
     def name(self) -> str:
-        """Its run folder's name: ``zinc-sepnorm-seed0``, ``-seeds0-1`` packed, ``-fold2``."""
+        """The run folder's name (``zinc-sepnorm-seed0``; packed ``-seeds0-1``; ``-fold2``)."""
         if self.packed:
             return f"{self.dataset}-{self.norm}-seeds{'-'.join(map(str, self.seeds))}"
         fold = "" if self.fold is None else f"-fold{self.fold}"

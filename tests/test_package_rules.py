@@ -21,7 +21,7 @@ WINGS = (PACKAGE / "nn" / "cpu", PACKAGE / "nn" / "cuda")
 #: Files outside the wings that look at the device, and why (none changes a result beyond
 #: floating-point rounding).
 PLUMBING = {
-    "grid/batches.py": "pins the epoch's host indices before copying them to a GPU",
+    "grid/engine.py": "pins the epoch's host indices before copying them to a GPU",
     "grid/store.py": "compiles the batch gathers on a GPU (eager elsewhere: same values)",
     "prediction/runner.py": "on a CPU, leaves the featurization workers their cores",
     "training/optimization.py": "torch's fused AdamW where the device has it (cpu, cuda)",

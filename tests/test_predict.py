@@ -235,7 +235,9 @@ def test_missing_smiles_column(tmp_path, ckpt, capsys):
 def test_default_checkpoint_name_is_molhiv():
     from graphormer_sepnorm.predict import build_parser
 
-    assert build_parser().parse_args(["x.smi"]).checkpoint == "molhiv"
+    assert build_parser().parse_args(["x.smi"]).checkpoint == ["molhiv"]
+    two = build_parser().parse_args(["x.smi", "--checkpoint", "a.ckpt", "b.ckpt"])
+    assert two.checkpoint == ["a.ckpt", "b.ckpt"]
 
 
 def test_python_dash_m(tmp_path, ckpt):

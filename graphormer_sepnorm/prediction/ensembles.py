@@ -18,9 +18,8 @@ descriptor columns.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,11 @@ from graphormer_sepnorm.checkpoints import CheckpointError, resolve_checkpoint
 from graphormer_sepnorm.data import GraphormerCollator
 from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.ensemble.calibration import conformal_scale
+from graphormer_sepnorm.ensemble.members import Calibration, combine
 from graphormer_sepnorm.prediction.checkpoints import members_of_payload, read_model
 from graphormer_sepnorm.training.module import GraphormerModule
 
-__all__ = ["Calibration", "Member", "calibrate", "check_members", "combine", "interval_columns",
-           "load_members"]
+__all__ = ["Member", "calibrate", "check_members", "load_members", "predictor_models"]
 
 #: What members must agree on, from their ``dataset_info``.
 AGREE = ("task", "target_names", "num_classes", "featurizer", "feature_columns")
@@ -108,69 +107,6 @@ def check_members(members: Sequence[Member]) -> None:
                     f"{first.get(key)!r}, {member.source} has {info.get(key)!r}")
 
 
-def combine(outputs: Sequence[tuple[Tensor, Tensor | None]]) -> tuple[Tensor, Tensor, Tensor]:
-    """The members' mean ``[B, C]``, their spread ``[B, C]``, and the total deviation ``[B, C]``.
-
-    The total is ``sqrt(mean of the members' variances + variance of their means)``, a member
-    without deviations counting 0 (the law of total variance: the mixture's deviation). The
-    spread is the population standard deviation (0 for one member).
-    """
-    means = torch.stack([m.double() for m, _ in outputs])
-    spread = means.std(0, correction=0)
-    own = [s.double().square() if s is not None else torch.zeros_like(m, dtype=torch.float64)
-           for m, s in outputs]
-    total = (torch.stack(own).mean(0) + spread.square()).sqrt()
-    return means.mean(0), spread, total
-
-
-@dataclass
-class Calibration:
-    """A regression ensemble's 90% intervals, calibrated on held-out molecules.
-
-    Attributes:
-        kind: ``'split'`` (split-conformal on a shared validation split) or ``'cv+'``.
-        q90: ``'split'``: per target, the factor of the total deviation.
-        residuals: ``'cv+'``: per member, the absolute out-of-fold residuals ``[n_k, T]`` of
-            the molecules it tested (NaN where unlabelled).
-        note: what it was calibrated on, in words.
-    """
-
-    kind: str
-    q90: list[float] = field(default_factory=list)
-    residuals: list[Tensor] = field(default_factory=list)
-    note: str = ""
-
-    def interval(self, means: Tensor, total: Tensor) -> tuple[Tensor, Tensor]:
-        """``lo90, hi90`` ``[B, T]`` from the members' means ``[K, B, T]`` and total ``[B, T]``."""
-        if self.kind == "split":
-            q = torch.tensor(self.q90, dtype=total.dtype, device=total.device)
-            center = means.mean(0)
-            return center - q * total, center + q * total
-        return _cv_plus(means, self.residuals)
-
-
-def _cv_plus(means: Tensor, residuals: Sequence[Tensor], alpha: float = 0.1
-             ) -> tuple[Tensor, Tensor]:
-    """CV+: quantiles over held-out molecules ``i`` of ``mu_k(i)(x) -/+ R_i``, per target."""
-    lo = torch.full(means.shape[1:], math.nan, dtype=means.dtype)
-    hi = lo.clone()
-    for t in range(means.shape[2]):
-        low, high = [], []
-        for k, r in enumerate(residuals):
-            r_t = r[:, t][~r[:, t].isnan()].to(means.dtype)
-            low.append(means[k, :, t, None] - r_t)
-            high.append(means[k, :, t, None] + r_t)
-        low_t, high_t = torch.cat(low, 1), torch.cat(high, 1)
-        n = low_t.shape[1]
-        if n == 0:
-            continue
-        k_lo = max(1, math.floor(alpha * (n + 1)))
-        k_hi = min(n, math.ceil((1 - alpha) * (n + 1)))
-        lo[:, t] = low_t.sort(1).values[:, k_lo - 1]
-        hi[:, t] = high_t.sort(1).values[:, k_hi - 1]
-    return lo, hi
-
-
 @torch.no_grad()
 def held_out_outputs(members: Sequence[Member], graphs: Sequence[Any], batch_size: int = 256
                      ) -> tuple[list[tuple[Tensor, Tensor | None]], Tensor]:
@@ -239,8 +175,27 @@ def _datamodule(class_path: str, init_args: dict[str, Any]) -> Any:
     return getattr(import_module(module_name), name)(**init_args)
 
 
-def interval_columns(target_names: Sequence[str]) -> list[str]:
-    """``<target>_lo90`` and ``<target>_hi90`` per target, in that order."""
-    return [f"{name}_{kind}" for kind in ("lo90", "hi90") for name in target_names]
+def predictor_models(sources: str | Path | Sequence[str | Path], map_location: Any = "cpu"
+                     ) -> tuple[Any, BlendedModel | None, Calibration | None, str | None]:
+    """What :class:`~graphormer_sepnorm.prediction.engine.Predictor` takes for checkpoint(s).
 
+    One network (and its blend), or an ensemble's members and, for regression, its
+    calibration, with a note saying what the intervals were calibrated on (or why there are
+    none).
 
+    Returns:
+        ``(module or members, blend, calibration, note)``.
+
+    Raises:
+        CheckpointError: as :func:`load_members`.
+    """
+    sources = [sources] if isinstance(sources, str | Path) else list(sources)
+    members = load_members(sources, map_location)
+    if len(members) == 1:
+        return members[0].module, members[0].blend, None, None
+    if members[0].module.task.name != "regression":
+        return members, None, None, None
+    found = calibrate(members)
+    if isinstance(found, str):
+        return members, None, None, f"ensemble of {len(members)}: no 90% interval ({found})"
+    return members, None, found, f"ensemble of {len(members)}: 90% interval by {found.note}"
