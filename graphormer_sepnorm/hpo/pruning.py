@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
+from graphormer_sepnorm.checkpoints import read_checkpoint
 from graphormer_sepnorm.hpo.study import open_storage, trial_handle
 from graphormer_sepnorm.training.resume import stopped_by_time
 
@@ -111,8 +111,7 @@ class TrialPruning(Callback):
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
         metrics: dict[str, Any] = {}
         if best and Path(best).is_file():
-            metrics = torch.load(best, map_location="cpu", weights_only=True,
-                                 mmap=True).get("metrics", {})
+            metrics = read_checkpoint(best, mmap=True).get("metrics", {})
         value = metrics.get(name)
         state = {"metric": name, "value": None if value is None else float(value),
                  "pruned": self.pruned_at is not None, "epoch": trainer.current_epoch,
