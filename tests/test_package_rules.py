@@ -139,3 +139,13 @@ def test_the_datamodules_read_nothing_from_the_module() -> None:
     for path in sources(PACKAGE / "datasets"):
         text = path.read_text()
         assert "lightning_module" not in text, path
+
+
+def test_only_the_reader_and_the_converter_load_checkpoints():
+    loaders = set()
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr == "load" and getattr(node.func.value, "id", "") == "torch":
+                loaders.add(path.relative_to(PACKAGE).as_posix())
+    assert loaders == {"checkpoints/__init__.py", "convert.py"}
