@@ -247,8 +247,12 @@ def grid_argv(argv: list[str]) -> list[str]:
 
 def write_markdown(args: argparse.Namespace, rows: list[dict[str, str]]) -> None:
     """Rewrites ``results/<name>.md`` from every row of the CSV."""
-    text = [f"# {args.name}: SepNorm vs ShareNorm", "",
-            "Mean ± sample std over seeds; test metric of the checkpoint with the best "
+    norms = sorted({r["norm"] for r in rows})  # sepnorm before sharenorm
+    title = " vs ".join({"sepnorm": "SepNorm", "sharenorm": "ShareNorm"}.get(n, n) for n in norms)
+    folds = any(r.get("fold") for r in rows)
+    text = [f"# {args.name}: {title}{', cross-validation' if folds else ''}", "",
+            f"Mean ± sample std over {'folds and ' if folds else ''}seeds; test metric of the "
+            "checkpoint with the best "
             "validation metric. Each row of the CSV has its commit and date.", "",
             summary_table(rows), "", metric_table(rows), *_ensemble(rows),
             f"- Hardware: {hardware()}; accelerator {args.accelerator}, devices {args.devices}",

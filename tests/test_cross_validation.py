@@ -46,6 +46,7 @@ def test_a_row_per_fold_and_every_metric_as_mean_and_std(cv_grid):
     assert len({r["checkpoint"] for r in rows}) == 3
     values = [float(r["test_value"]) for r in rows]
     text = (cv_grid / "results" / "cv.md").read_text()
+    assert text.startswith("# cv: SepNorm, cross-validation\n\nMean ± sample std over folds")
     mae = next(line for line in text.splitlines() if line.startswith("| test/mae |"))
     assert f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}" in mae
     assert "| test/rmse |" in text and "| test/mae_blend |" in text

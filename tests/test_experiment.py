@@ -111,6 +111,7 @@ def test_a_grid_killed_in_its_second_cell_continues_it(tmp_path, monkeypatch):
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", r["date"])
     assert "sepnorm: false" in (second / "fit" / "config.yaml").read_text()
     md = (tmp_path / "results" / "tiny.md").read_text()
+    assert md.startswith("# tiny: SepNorm vs ShareNorm\n")
     v = {r["norm"]: f"{float(r['test_value']):.4f}" for r in rows}
     assert f"| zinc_subset | sepnorm | 3 | test/mae | {v['sepnorm']} |" in md
     assert f"| zinc_subset | sharenorm | 3 | test/mae | {v['sharenorm']} |" in md
