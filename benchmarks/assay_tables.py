@@ -87,8 +87,9 @@ def chemprop_outputs(run_dir: Path, labels: list[str], smiles: list[str], task: 
     if task == "binary":
         p = torch.tensor([[float(r[c]) for c in labels] for r in rows], dtype=torch.float64)
         return torch.logit(p.clamp(1e-12, 1 - 1e-12))
-    p = torch.tensor([[v for c in labels for v in json.loads(r[c])] for r in rows],
-                     dtype=torch.float64)
+    # multiclass: column ``<label>_prob`` holds the K probabilities, comma-separated
+    p = torch.tensor([[float(v) for c in labels for v in r[f"{c}_prob"].split(",")]
+                      for r in rows], dtype=torch.float64)
     return p.clamp(min=1e-12).log()
 
 
