@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> None:
                     shutil.rmtree(run_dir)
                 print(f"{name} {method} seed {seed} ...", flush=True)
                 if method == "ours":
+                    commit = git_commit(args.workdir)  # the code that runs, before it runs
                     metrics, times, command = run_ours(args, name, seed, run_dir)
-                    commit = git_commit(args.workdir)
                 else:
                     metrics, times, command = run_chemprop(args, name, method, seed, run_dir)
                     commit = "chemprop"
