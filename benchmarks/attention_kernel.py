@@ -23,8 +23,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from graphormer_sepnorm.nn.cpu.attention_core import biased_attention
-from graphormer_sepnorm.nn.cpu.head_major import _SplitHeads, head_minor_rows
+from graphormer_sepnorm.nn.cpu.head_major import _SplitHeads, biased_attention, head_minor_rows
 from graphormer_sepnorm.nn.cpu.native.fused_attention import fused_attention
 
 HEADS, HEAD_DIM = 8, 10

@@ -7,9 +7,16 @@ second and the peak RSS of the main process and of the featurization workers. Wi
 ``--checkpoint`` it predicts with a freshly initialized Graphormer-slim ZINC model (12 layers,
 hidden 80, 8 heads), so it needs no bundled model.
 
+``--breakdown`` instead times each stage of prediction in this process, one thread, on the
+first ``--limit`` SMILES (thread CPU ms a molecule): parsing, the graph's atom and bond
+features, the RDKit descriptors, the Morgan counts, shortest paths and collation into
+size-sorted batches, the network, and the GP blend (its mean and deviations).
+
 Example::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/predict_throughput.py --limit 20000
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/predict_throughput.py --breakdown \
+        --checkpoint runs/solubility/seed0/checkpoints/best.ckpt --limit 2000
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,6 +77,48 @@ def cpu_seconds(who: int) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def stage_breakdown(checkpoint: str, smiles: list[str], batch_size: int) -> dict[str, float]:
+    """Thread CPU milliseconds a molecule of each stage of prediction (see the docstring)."""
+    from graphormer_sepnorm.chem.featurizers import featurize_many
+    from graphormer_sepnorm.chem.smiles import parse_smiles
+    from graphormer_sepnorm.data.shortest_paths import batched_shortest_paths
+    from graphormer_sepnorm.prediction.checkpoints import load_with_blend
+    from graphormer_sepnorm.prediction.engine import Predictor
+
+    torch.set_num_threads(1)
+    module, blend = load_with_blend(checkpoint)
+    predictor = Predictor(module, batch_size, blend=blend)
+    featurizer, clock = predictor.featurizer, time.thread_time
+    generators = dict(zip(featurizer.mol_features, featurizer._generators, strict=True))
+    spent: dict[str, float] = {}
+
+    def timed(name: str, work: Any) -> Any:
+        started = clock()
+        result = work()
+        spent[name] = spent.get(name, 0.0) + clock() - started
+        return result
+
+    mols = timed("parse", lambda: [parse_smiles(s) for s in smiles])
+    for name, generator in generators.items():
+        timed(f"molecule features: {name}", lambda g=generator: [g(m) for m in mols])
+    timed("graph (atom and bond features)", lambda: [featurizer._featurize(m) for m in mols])
+    arrays = timed("whole featurization", lambda: featurize_many(smiles, featurizer, True)[0])
+    good = [a for a in arrays if a is not None]
+    timed("shortest paths", lambda: batched_shortest_paths([a.edge_index for a in good],
+                                                           [len(a.x) for a in good]))
+    prepared = predictor.prepare(smiles)
+    batches = timed("collation into size-sorted batches", lambda: list(prepared))
+    with torch.inference_mode():
+        for _, batch in batches:
+            emb = timed("network: graph-token embedding", lambda b=batch: module.model.embed(b))
+            preds = timed("network: head", lambda e=emb, b=batch: module.to_predictions(
+                module.model.readout(e, b)))
+            if blend is not None:
+                timed("GP blend (mean and deviation)",
+                      lambda p=preds, b=batch: blend.predict(p, b.mol_x))
+    return {name: round(1e3 * seconds / len(smiles), 3) for name, seconds in spent.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", default=None, help="default: fresh Graphormer-slim ZINC")
@@ -79,7 +129,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="featurization processes (default: the CLI's for the checkpoint)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (main)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="time each stage in this process instead (needs --checkpoint)")
     args = parser.parse_args()
+    if args.breakdown:
+        with open(args.smiles) as handle:
+            smiles = [line.split()[0] for line in itertools.islice(handle, args.limit)]
+        print(json.dumps({"rows": len(smiles), "checkpoint": args.checkpoint,
+                          "cpu_ms_per_mol": stage_breakdown(args.checkpoint, smiles,
+                                                            args.batch_size)}))
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:

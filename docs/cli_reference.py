@@ -22,6 +22,7 @@ COMMANDS: dict[str, list[str]] = {
     "fit_smiles_csv.yaml": [str(BIN / "graphormer-sepnorm"), "fit", "--config",
                             "configs/smiles_csv.yaml", "--print_config"],
     "predict_help.txt": [str(BIN / "graphormer-sepnorm-predict"), "--help"],
+    "hpo_help.txt": [str(BIN / "graphormer-sepnorm-hpo"), "--help"],
 }
 
 

@@ -19,6 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -149,11 +150,52 @@ def throughput(out: Path) -> None:
     plt.close(fig)
 
 
+def hpo_history(out: Path) -> None:
+    """The search's objective by trial, pruned trials apart, and the best so far.
+
+    Source: ``hpo_freesolv_trials.csv`` (the study's ``trials.csv``).
+    """
+    rows = [r for r in _rows("hpo_freesolv_trials.csv") if r["value"]]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for state, colour in (("COMPLETE", "C0"), ("PRUNED", "0.6")):
+        picked = [r for r in rows if r["state"] == state]
+        ax.scatter([int(r["number"]) for r in picked], [float(r["value"]) for r in picked],
+                   color=colour, s=22, zorder=3,
+                   label="finished" if state == "COMPLETE" else "pruned (last reported)")
+    done = sorted((int(r["number"]), float(r["value"])) for r in rows if r["state"] == "COMPLETE")
+    best = [min(v for _, v in done[:k + 1]) for k in range(len(done))]
+    ax.step([n for n, _ in done], best, where="post", color="C1", label="best so far")
+    ax.axhline(done[0][1], color="0.4", lw=1, ls="--", label="trial 0: the recipe")
+    ax.set_xlabel("trial")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(f"{rows[0]['metric']} (validation)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "hpo_history.png", **PNG)
+    plt.close(fig)
+
+
+def hpo_importances(out: Path) -> None:
+    """Each searched key's importance for the objective (``hpo_freesolv_importances.csv``)."""
+    rows = _rows("hpo_freesolv_importances.csv")[::-1]
+    fig, ax = plt.subplots(figsize=(7, 2.8))
+    ax.barh([r["param"] for r in rows], [float(r["importance"]) for r in rows], color="C0")
+    ax.set_xlabel("importance (Optuna's default evaluator, sums to 1)")
+    ax.tick_params(axis="y", labelsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "hpo_importances.png", **PNG)
+    plt.close(fig)
+
+
 FIGURES: dict[str, Callable[[Path], None]] = {
     "cpu_grid_curves.png": cpu_grid_curves,
     "small_data_mae.png": small_data_mae,
     "calibration90.png": calibration,
     "predict_throughput.png": throughput,
+    "hpo_history.png": hpo_history,
+    "hpo_importances.png": hpo_importances,
 }
 
 

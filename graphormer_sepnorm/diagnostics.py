@@ -1,8 +1,7 @@
-"""Geometry of graph-token embeddings: spectrum, effective rank, uniformity.
+"""Geometry of graph-token embeddings (SepNorm's claim: less collapse than under ShareNorm).
 
-SepNorm's claim is that the [CLS] (graph token) embeddings collapse into fewer dimensions under a
-shared LayerNorm and spread more uniformly with their own BatchNorm. These functions measure
-that on any ``[n, d]`` set of embeddings.
+Spectrum, effective rank and uniformity of any ``[n, d]`` set of embeddings, and a callback
+that logs them after each validation.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ def singular_values(embeddings: Tensor, center: bool = False) -> Tensor:
 def effective_rank(embeddings: Tensor, center: bool = False) -> float:
     """``exp`` of the entropy of the normalized singular values (Roy and Vetterli, 2007).
 
-    It is ``k`` for ``k`` orthogonal directions of equal strength and 1 for a single direction,
-    so identical embeddings have rank 1 and ``n`` orthonormal ones rank ``n``.
+    ``k`` for ``k`` orthogonal directions of equal strength, 1 for identical embeddings.
 
     Args:
         embeddings: ``[n, d]``.
@@ -58,8 +56,7 @@ def effective_rank(embeddings: Tensor, center: bool = False) -> float:
 def uniformity(embeddings: Tensor, t: float = 2.0) -> float:
     """``log mean_{i != j} exp(-t ||z_i - z_j||^2)`` of L2-normalized embeddings.
 
-    From Wang and Isola (2020): lower means more uniform on the sphere. Two antipodal points give
-    ``-4t`` (-8 with the default ``t``); identical points give 0.
+    Wang and Isola (2020): lower is more uniform; two antipodal points give ``-4t``, identical 0.
 
     Args:
         embeddings: ``[n, d]`` with ``n >= 2``.
@@ -78,20 +75,14 @@ def uniformity(embeddings: Tensor, t: float = 2.0) -> float:
 class GraphTokenDiagnostics(Callback):
     """Logs ``val/cls_effective_rank`` and ``val/cls_uniformity`` after each validation epoch.
 
-    The graph-token embeddings of up to ``max_graphs`` validation graphs are collected,
-    gathered from every process under DDP, and measured with :func:`effective_rank` and
-    :func:`uniformity`. They are read off the validation step's own forward pass (the input of
-    the model's ``head``, which begins with exactly ``model.embed(batch)``), so collecting costs
-    no extra computation; when the validation step does not run the head on the batch, the
-    callback runs ``model.embed(batch)`` itself (one extra eval-mode forward per batch). Packed
-    replicas (several models in one fit) have no single embedding: nothing is logged for them.
+    Over up to ``max_graphs`` validation graphs per process, gathered under DDP. The embeddings
+    are read off the validation step's input of the model's ``head`` (else ``model.embed`` is
+    run). Nothing is logged for packed replicas, which have no single embedding.
 
     Args:
         max_graphs: embeddings kept per process. Default: 4096.
-        model_attr: attribute of the LightningModule holding the
-            :class:`~graphormer_sepnorm.nn.model.Graphormer`. Default: ``'model'``.
-        center: subtract the mean embedding before the effective rank (see
-            :func:`singular_values`). Default: false.
+        model_attr: the LightningModule's attribute holding the model. Default: ``'model'``.
+        center: see :func:`singular_values`; for the effective rank. Default: false.
     """
 
     def __init__(self, max_graphs: int = 4096, model_attr: str = "model",

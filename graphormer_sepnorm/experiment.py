@@ -18,6 +18,13 @@ per unfinished cell, its fit (``--max-time`` is then each task's), its test, and
 which adds the finished cells' rows to the results. Submit it with ``sbatch``; cells a task
 left unfinished (exit status 3) continue when ``--slurm`` and ``sbatch`` run again.
 
+Cross-validation and replicate splits (a CSV dataset): ``--folds K`` makes a cell per fold of
+each seed (``--data.split scaffold_folds``, or ``random_folds`` with ``--fold-split random``;
+fold ``f`` is tested, ``f + 1`` validates, the seed draws the folds); ``--replicate-splits``
+gives each seed its own random or scaffold split instead. The Markdown then has every test
+metric (per task too) as mean ± std over the rows, and the command with which each seed's fold
+models predict as one ensemble.
+
 Exit status: 0 when every cell is done, 1 when a cell failed, 3 when cells are left.
 
 Example:
@@ -30,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -49,11 +54,11 @@ from graphormer_sepnorm.experiment_results import (
     summary_table,
     write_markdown,
 )
+from graphormer_sepnorm.jobs import CLI, duration, logger_args, seconds, slurm_preamble, spawn
 
 __all__ = ["FIELDS", "Cell", "append_row", "cells", "commands", "main", "mean_std",
-           "read_rows", "slurm_script", "summary_table"]
+           "read_rows", "slurm_script", "summary_table", "duration", "seconds", "spawn"]
 NORMS = {"sepnorm": "true", "sharenorm": "false"}
-CLI = ["-m", "graphormer_sepnorm.cli"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,6 +77,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-time", help="this command's (a SLURM task's) time to fit, DD:HH:MM:SS")
     p.add_argument("--packed", action="store_true",
                    help="train the seeds of each dataset and norm together in one fit")
+    p.add_argument("--folds", type=int,
+                   help="cross-validation: K fits a seed, fold f tested, f+1 validating")
+    p.add_argument("--fold-split", choices=["scaffold", "random"], default="scaffold",
+                   help="folds of whole scaffolds (default) or random folds")
+    p.add_argument("--replicate-splits", action="store_true",
+                   help="each seed also draws its own random or scaffold split (split_seed)")
     p.add_argument("--prepared", type=Path,
                    help="read each dataset's prepared splits from DIR/<dataset> (no RDKit)")
     p.add_argument("--results-dir", type=Path, default=Path("results"))
@@ -90,7 +101,9 @@ def cells(args: argparse.Namespace) -> list[Cell]:
     """The grid's cells, seeds outermost (a grid stopped early has every dataset and norm)."""
     if args.packed:
         return [Cell(c, n, tuple(args.seeds), True) for c in args.configs for n in args.norms]
-    return [Cell(c, n, (s,)) for s in args.seeds for c in args.configs for n in args.norms]
+    folds = [None] if args.folds is None else list(range(args.folds))
+    return [Cell(c, n, (s,), fold=f) for s in args.seeds for f in folds for c in args.configs
+            for n in args.norms]
 
 
 def run_dir(args: argparse.Namespace, cell: Cell) -> Path:
@@ -122,10 +135,18 @@ def cli_args(args: argparse.Namespace, cell: Cell) -> list[str]:
     out += ["--seed_everything", seed, "--data.init_args.seed", seed,
             "--model.config.sepnorm", NORMS[cell.norm], "--trainer.accelerator", args.accelerator,
             "--trainer.devices", str(args.devices), "--trainer.enable_progress_bar", "false",
-            "--trainer.logger.class_path", "lightning.pytorch.loggers.CSVLogger",
-            "--trainer.logger.init_args.save_dir", str(folder.parent),
-            "--trainer.logger.init_args.name", folder.name]
-    return out + budget_args(args) + list(args.extra)
+            *logger_args(folder)]
+    return out + budget_args(args) + split_args(args, cell) + list(args.extra)
+
+
+def split_args(args: argparse.Namespace, cell: Cell) -> list[str]:
+    """A fold's split (``*_folds``, the seed's folds), or a replicate's own split seed."""
+    seed = str(cell.seeds[0])
+    if cell.fold is not None:
+        return ["--data.init_args.split", f"{args.fold_split}_folds", "--data.init_args.num_folds",
+                str(args.folds), "--data.init_args.fold", str(cell.fold),
+                "--data.init_args.split_seed", seed]
+    return ["--data.init_args.split_seed", seed] if args.replicate_splits else []
 
 
 def commands(args: argparse.Namespace, cell: Cell, max_time: str | None) -> list[list[str]]:
@@ -141,33 +162,6 @@ def commands(args: argparse.Namespace, cell: Cell, max_time: str | None) -> list
     return [fit, *([*CLI, "test", *shared, "--trainer.logger.init_args.version",
                     f"test-seed{s}", "--ckpt_path", str(folder / "fit/replicas" / f"seed{s}.ckpt")]
                    for s in cell.seeds)]
-
-
-def duration(seconds: float) -> str:
-    """``DD:HH:MM:SS`` (Lightning's ``max_time`` format) of whole ``seconds``."""
-    minutes, secs = divmod(max(int(seconds), 0), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours // 24:02d}:{hours % 24:02d}:{minutes:02d}:{secs:02d}"
-
-
-def seconds(text: str) -> int:
-    """The seconds of ``DD:HH:MM:SS``."""
-    days, hours, minutes, secs = (int(x) for x in text.split(":"))
-    return ((days * 24 + hours) * 60 + minutes) * 60 + secs
-
-
-def spawn(cmd: list[str], log: Path) -> tuple[int, float | None]:
-    """Runs ``python cmd`` with its output in ``log``; its exit status and peak RSS in MB.
-
-    The RSS is the process's and its children's peak, where ``os.wait4`` measures it.
-    """
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, *cmd], stdout=out, stderr=subprocess.STDOUT)
-        if not hasattr(os, "wait4"):
-            return proc.wait(), None
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024  # KiB on Linux
 
 
 def run_cell(args: argparse.Namespace, cell: Cell, deadline: float | None) -> str:
@@ -196,17 +190,17 @@ def results_csv(args: argparse.Namespace) -> Path:
     return args.results_dir / f"{args.name}.csv"
 
 
-def finished(args: argparse.Namespace) -> set[tuple[str, str, str]]:
-    """``(dataset, norm, seed)`` of every row in the CSV."""
-    return {(r["dataset"], r["norm"], r["seed"]) for r in read_rows(results_csv(args))}
+def finished(args: argparse.Namespace) -> set[tuple[str, str, str, str]]:
+    """``(dataset, norm, seed, fold)`` of every row in the CSV."""
+    return {(r["dataset"], r["norm"], r["seed"], r.get("fold") or "")
+            for r in read_rows(results_csv(args))}
 
 
 def left_to_run(args: argparse.Namespace,
-                done: set[tuple[str, str, str]] | None = None) -> list[Cell]:
-    """The cells with a seed not in the CSV (or not in ``done``, when given)."""
+                done: set[tuple[str, str, str, str]] | None = None) -> list[Cell]:
+    """The cells with a row not in the CSV (or not in ``done``, when given)."""
     done = finished(args) if done is None else done
-    return [c for c in cells(args) if any((c.dataset, c.norm, str(s)) not in done
-                                          for s in c.seeds)]
+    return [c for c in cells(args) if any(key not in done for key in c.keys())]
 
 
 def gather(args: argparse.Namespace, extra: dict[Cell, dict[str, object]] | None = None) -> None:
@@ -214,8 +208,9 @@ def gather(args: argparse.Namespace, extra: dict[Cell, dict[str, object]] | None
     csv_path, done = results_csv(args), finished(args)
     accelerator = args.accelerator + (f", packed x{len(args.seeds)}" if args.packed else "")
     for cell in left_to_run(args, done):
-        for row in cell_rows(run_dir(args, cell), cell) or []:
-            if (cell.dataset, cell.norm, str(row["seed"])) not in done:
+        for row, key in zip(cell_rows(run_dir(args, cell), cell) or [], cell.keys(),
+                            strict=False):
+            if key not in done:
                 append_row(csv_path, {**row, "accelerator": accelerator,
                                       **(extra or {}).get(cell, {})})
     if csv_path.is_file():
@@ -224,16 +219,12 @@ def gather(args: argparse.Namespace, extra: dict[Cell, dict[str, object]] | None
 
 def slurm_script(args: argparse.Namespace, todo: list[Cell]) -> str:
     """The job array: a task per cell of ``todo``, then the gathering of the results."""
-    folder = args.runs_dir / args.name
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={args.name}",
-             f"#SBATCH --array=0-{len(todo) - 1}", f"#SBATCH --output={folder}/slurm-%A_%a.out",
-             *(f"#SBATCH --{option}" for option in args.sbatch),
-             "# Written by graphormer-sepnorm-experiment --slurm. Task i: cell i's fit, continued",
-             "# from its last.ckpt (--ckpt_path last), then the test of its best checkpoint, then",
-             f"# the finished cells' rows into {args.results_dir}/{args.name}.csv and .md. A fit",
-             "# stopped by --trainer.max_time exits 3: run --slurm and sbatch again to go on.",
-             "set -euo pipefail", f"cd {shlex.quote(os.getcwd())}",
-             f"PYTHON=${{PYTHON:-{shlex.quote(sys.executable)}}}", 'case "$SLURM_ARRAY_TASK_ID" in']
+    comment = ["Written by graphormer-sepnorm-experiment --slurm. Task i: cell i's fit, continued",
+               "from its last.ckpt (--ckpt_path last), then the test of its best checkpoint, then",
+               f"the finished cells' rows into {args.results_dir}/{args.name}.csv and .md. A fit",
+               "stopped by --trainer.max_time exits 3: run --slurm and sbatch again to go on."]
+    lines = [*slurm_preamble(args.name, args.runs_dir / args.name, len(todo), args.sbatch,
+                             comment), 'case "$SLURM_ARRAY_TASK_ID" in']
     for k, cell in enumerate(todo):
         lines.append(f"{k})  # {cell.name}")
         lines += [f'    "$PYTHON" {shlex.join(cmd)}' for cmd in commands(args, cell, args.max_time)]
@@ -259,6 +250,9 @@ def run_grid(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Runs the grid, writes its SLURM array or gathers its results; the exit status."""
     args = parse_args(argv)
+    if args.folds is not None and (args.packed or args.folds < 3):
+        raise SystemExit("graphormer-sepnorm-experiment: --folds takes at least 3 folds, and "
+                         "not --packed")
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     if args.gather:

@@ -12,6 +12,8 @@ import argparse
 import csv
 import datetime
 import fcntl
+import json
+import math
 import os
 import platform
 import shutil
@@ -24,18 +26,20 @@ from typing import Any
 from graphormer_sepnorm.checkpoints import read_checkpoint
 from graphormer_sepnorm.training.resume import find_last_checkpoint, monitor_state
 
-FIELDS = ["dataset", "norm", "seed", "monitor", "best_val", "test_metric", "test_value",
-          "steps", "fit_seconds", "peak_rss_mb", "accelerator", "checkpoint", "commit", "date"]
+FIELDS = ["dataset", "norm", "seed", "fold", "monitor", "best_val", "test_metric", "test_value",
+          "steps", "fit_seconds", "peak_rss_mb", "accelerator", "checkpoint", "metrics",
+          "commit", "date"]
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One fit of the grid: a dataset config, a norm, its seeds (several when packed)."""
+    """One fit of the grid: a dataset config, a norm, its seeds (several when packed), a fold."""
 
     config: str
     norm: str
     seeds: tuple[int, ...]
     packed: bool = False
+    fold: int | None = None
 
     @property
     def dataset(self) -> str:
@@ -44,10 +48,16 @@ class Cell:
 
     @property
     def name(self) -> str:
-        """Its run folder's name, e.g. ``zinc-sepnorm-seed0`` or ``zinc-sepnorm-seeds0-1``."""
+        """The run folder's name (``zinc-sepnorm-seed0``; packed ``-seeds0-1``; ``-fold2``)."""
         if self.packed:
             return f"{self.dataset}-{self.norm}-seeds{'-'.join(map(str, self.seeds))}"
-        return f"{self.dataset}-{self.norm}-seed{self.seeds[0]}"
+        fold = "" if self.fold is None else f"-fold{self.fold}"
+        return f"{self.dataset}-{self.norm}-seed{self.seeds[0]}{fold}"
+
+    def keys(self) -> list[tuple[str, str, str, str]]:
+        """``(dataset, norm, seed, fold)`` of each of its rows, as the CSV has them."""
+        fold = "" if self.fold is None else str(self.fold)
+        return [(self.dataset, self.norm, str(s), fold) for s in self.seeds]
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -75,10 +85,12 @@ def append_row(path: Path, row: dict[str, Any], fields: list[str] = FIELDS) -> N
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def test_value(folder: Path, name: str) -> float | None:
-    """The last value of ``name`` in ``folder/metrics.csv`` (a test's), if there."""
-    values = [r[name] for r in read_rows(folder / "metrics.csv") if r.get(name)]
-    return float(values[-1]) if values else None
+def test_metrics(folder: Path) -> dict[str, float]:
+    """Every ``test/*`` value in ``folder/metrics.csv`` (a test's; the last of each)."""
+    out = {}
+    for row in read_rows(folder / "metrics.csv"):
+        out.update({k: float(v) for k, v in row.items() if k.startswith("test/") and v})
+    return out
 
 
 def cell_rows(folder: Path, cell: Cell) -> list[dict[str, Any]] | None:
@@ -97,14 +109,14 @@ def cell_rows(folder: Path, cell: Cell) -> list[dict[str, Any]] | None:
     now, head = utc_now(), commit()
     rows = []
     for seed in cell.seeds:
-        value = test_value(folder / (f"test-seed{seed}" if cell.packed else "test"),
-                           f"test/{metric}")
-        if value is None:
+        metrics = test_metrics(folder / (f"test-seed{seed}" if cell.packed else "test"))
+        if f"test/{metric}" not in metrics:
             return None
-        row = {"dataset": cell.dataset, "norm": cell.norm, "seed": seed, "monitor": f"val/{metric}",
-               "test_metric": f"test/{metric}", "test_value": value,
+        row = {"dataset": cell.dataset, "norm": cell.norm, "seed": seed,
+               "fold": "" if cell.fold is None else cell.fold, "monitor": f"val/{metric}",
+               "test_metric": f"test/{metric}", "test_value": metrics[f"test/{metric}"],
                "steps": ckpt["global_step"], "fit_seconds": round(ckpt.get("fit_seconds", 0), 1),
-               "commit": head, "date": now}
+               "metrics": json.dumps(metrics, sort_keys=True), "commit": head, "date": now}
         if cell.packed:
             path = folder / "fit" / "replicas" / f"seed{seed}.ckpt"
             replica = read_checkpoint(path, mmap=True)
@@ -117,7 +129,9 @@ def cell_rows(folder: Path, cell: Cell) -> list[dict[str, Any]] | None:
 
 
 def mean_std(values: list[float], digits: int = 4) -> str:
-    """``mean ± std`` (sample std); a single value alone."""
+    """``mean ± std`` (sample std); a single value alone; ``-`` for none."""
+    if not values:
+        return "-"
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
@@ -131,13 +145,31 @@ def summary_table(rows: list[dict[str, str]]) -> str:
     lines = ["| Dataset | Norm | Seeds | Test metric | Test | Best val | Steps | Fit min |",
              "|---|---|---|---|---|---|---|---|"]
     for (dataset, norm), group in groups.items():
-        seeds = ",".join(r["seed"] for r in group)
+        seeds = ",".join(r["seed"] + (f" f{r['fold']}" if r.get("fold") else "") for r in group)
         test = mean_std([float(r["test_value"]) for r in group])
         val = mean_std([float(r["best_val"]) for r in group])
         steps = mean_std([float(r["steps"]) for r in group], 0)
         minutes = mean_std([float(r["fit_seconds"]) / 60 for r in group], 1)
         lines.append(f"| {dataset} | {norm} | {seeds} | {group[0]['test_metric']} | {test} "
                      f"| {val} | {steps} | {minutes} |")
+    return "\n".join(lines)
+
+
+def metric_table(rows: list[dict[str, str]]) -> str:
+    """Every test metric (per task, too) by dataset and norm: mean ± std over the rows."""
+    groups: dict[str, list[dict[str, float]]] = {}
+    for row in rows:
+        if row.get("metrics"):
+            groups.setdefault(f"{row['dataset']} {row['norm']}", []).append(
+                json.loads(row["metrics"]))
+    if not groups:
+        return ""
+    names = sorted({k for group in groups.values() for m in group for k in m})
+    lines = ["| Metric | " + " | ".join(groups) + " |", "|---" * (len(groups) + 1) + "|"]
+    for name in names:
+        cells = [mean_std([m[name] for m in group if name in m and not math.isnan(m[name])])
+                 for group in groups.values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -180,6 +212,24 @@ def budget_text(args: argparse.Namespace) -> str:
     return "; ".join(parts)
 
 
+def _ensemble(rows: list[dict[str, str]]) -> list[str]:
+    """For fold rows: the commands predicting with each seed's fold models as one ensemble."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for row in rows:
+        if row.get("fold"):
+            key = (row["dataset"], row["norm"], row["seed"])
+            groups.setdefault(key, []).append(row["checkpoint"])
+    if not groups:
+        return [""]
+    lines = ["", "Each seed's fold models predict as one ensemble (90% intervals by CV+ on the "
+             "out-of-fold residuals):", ""]
+    for (dataset, norm, seed), paths in groups.items():
+        lines.append(f"    # {dataset}, {norm}, seed {seed}")
+        lines.append("    graphormer-sepnorm-predict NEW.csv --checkpoint "
+                     + " ".join(sorted(paths)))
+    return [*lines, ""]
+
+
 def grid_argv(argv: list[str]) -> list[str]:
     """The grid's ``argv`` without ``--slurm``, ``--gather`` and ``--sbatch`` with its values."""
     out: list[str] = []
@@ -200,7 +250,7 @@ def write_markdown(args: argparse.Namespace, rows: list[dict[str, str]]) -> None
     text = [f"# {args.name}: SepNorm vs ShareNorm", "",
             "Mean ± sample std over seeds; test metric of the checkpoint with the best "
             "validation metric. Each row of the CSV has its commit and date.", "",
-            summary_table(rows), "",
+            summary_table(rows), "", metric_table(rows), *_ensemble(rows),
             f"- Hardware: {hardware()}; accelerator {args.accelerator}, devices {args.devices}",
             f"- Budget: {budget_text(args)}", f"- Commit: {commit()}", f"- Date: {utc_now()}",
             f"- Command: `graphormer-sepnorm-experiment {' '.join(grid_argv(args.argv))}`", ""]

@@ -31,9 +31,9 @@ from graphormer_sepnorm.prediction.checkpoints import (
     DEFAULT_CHECKPOINT,
     CheckpointError,
     load_checkpoint,
-    load_with_blend,
 )
 from graphormer_sepnorm.prediction.engine import Predictor
+from graphormer_sepnorm.prediction.ensembles import predictor_models
 from graphormer_sepnorm.prediction.io import InputError
 from graphormer_sepnorm.prediction.runner import StrictError, predict_file, resolve_device
 from graphormer_sepnorm.training.module import GraphormerModule
@@ -43,11 +43,12 @@ __all__ = ["CheckpointError", "load_checkpoint", "main", "predict_file", "predic
 
 def predict_smiles(
     smiles: str | Sequence[Any],
-    checkpoint: str | Path | GraphormerModule = DEFAULT_CHECKPOINT,
+    checkpoint: str | Path | GraphormerModule | Sequence[str | Path] = DEFAULT_CHECKPOINT,
     batch_size: int = 256,
     return_embeddings: bool = False,
     device: str | torch.device | None = None,
     num_workers: int = 0,
+    features: pd.DataFrame | None = None,
 ) -> pd.DataFrame | tuple[pd.DataFrame, np.ndarray]:
     """Predicts a property for each SMILES.
 
@@ -55,34 +56,51 @@ def predict_smiles(
         smiles: One SMILES or a sequence of them (``None``/NaN count as empty).
         checkpoint: A bundled model name (``'molhiv'``, ``'zinc'``), a checkpoint file (with
             the fingerprint GP saved beside its network, if any: the predictions are then the
-            blend's), or an already loaded :class:`GraphormerModule` (see
-            :func:`load_checkpoint`; the network alone).
+            blend's), an already loaded :class:`GraphormerModule` (see
+            :func:`load_checkpoint`; the network alone), or several checkpoints (a packed fit's
+            counts as its replicas): an ensemble
+            (:mod:`~graphormer_sepnorm.prediction.ensembles`).
         batch_size: Molecules per model batch; results do not depend on it.
-        return_embeddings: Also return the graph-token embeddings.
+        return_embeddings: Also return the graph-token embeddings (one model only).
         device: Where the model runs; default: where the module is (CPU for a file).
         num_workers: Featurization processes (0: in this process).
+        features: the model's descriptor columns (``dataset_info['feature_columns']``), one
+            row per SMILES, when it was fit with ``--data.feature_columns``.
 
     Returns:
         A DataFrame with one row per input, in order: ``smiles``, the prediction column(s)
-        (``<target>`` for regression, ``<target>_probability`` for binary tasks; NaN when
-        flagged), and ``error`` (``''`` when fine, else the reason). With
+        (``<target>`` for regression, ``<target>_probability`` for binary tasks,
+        ``<target>_class<k>_probability`` for multiclass ones; an ensemble adds
+        ``<column>_std`` for each, and a calibrated regression one ``<target>_lo90`` and
+        ``_hi90``; NaN when flagged), and ``error`` (``''`` when fine, else the reason). With
         ``return_embeddings``, the tuple ``(frame, embeddings)``, ``embeddings`` a float32
         ``[n, D]`` array of graph-token embeddings after the final norm, NaN rows when flagged.
 
     Raises:
-        CheckpointError: Unknown, missing or unsafe checkpoint.
+        CheckpointError: Unknown, missing or unsafe checkpoint, or members that disagree.
+        InputError: ``features`` lacks a descriptor column the model reads.
     """
     items = [smiles] if isinstance(smiles, str) else list(smiles)
-    module, blend = (checkpoint, None) if isinstance(checkpoint, GraphormerModule) else \
-        load_with_blend(checkpoint)
-    with Predictor(module, batch_size, device, num_workers, blend=blend) as predictor:
-        step = max(1, -(-len(items) // (num_workers + 1)))  # featurized in parallel
-        chunks = [items[i:i + step] for i in range(0, len(items), step)] or [[]]
+    blend, calibration = None, None
+    if isinstance(checkpoint, GraphormerModule):
+        models: Any = checkpoint
+    else:
+        models, blend, calibration, _ = predictor_models(checkpoint)
+    with Predictor(models, batch_size, device, num_workers, blend=blend,
+                   calibration=calibration) as predictor:
+        table = pd.DataFrame({"smiles": items})
+        if predictor.feature_columns:
+            if features is None:
+                raise InputError(f"the model reads descriptor columns "
+                                 f"{predictor.feature_columns}: pass them as features=")
+            table = pd.concat([table, features.reset_index(drop=True)], axis=1)
+        rows = predictor.rows_of(table, "smiles")
+        step = max(1, -(-len(rows) // (num_workers + 1)))  # featurized in parallel
+        chunks = [rows[i:i + step] for i in range(0, len(rows), step)] or [[]]
         results = [r for _, r in predictor.predict_stream(chunks, list, return_embeddings)]
     predictions = np.concatenate([r.predictions for r in results])
     frame = pd.DataFrame({"smiles": items})
-    for k, name in enumerate(predictor.columns):
-        frame[name] = predictions[:, k]
+    frame = pd.concat([frame, pd.DataFrame(predictions, columns=predictor.columns)], axis=1)
     frame["error"] = [e for r in results for e in r.errors]
     if not return_embeddings:
         return frame
@@ -100,9 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("input", type=Path, help="input file")
     add("-o", "--output", type=Path, default=None,
         help="output CSV (default: <input stem>_preds.csv next to the input)")
-    add("--checkpoint", default=DEFAULT_CHECKPOINT,
+    add("--checkpoint", nargs="+", default=[DEFAULT_CHECKPOINT],
         help=f"checkpoint file, or a bundled model: {', '.join(BUNDLED_CHECKPOINTS)} "
-             f"(default: {DEFAULT_CHECKPOINT})")
+             f"(default: {DEFAULT_CHECKPOINT}); several (or a packed fit's) predict as an "
+             "ensemble: their mean, a <column>_std for each column, and for regression a "
+             "90%% interval calibrated on held-out molecules of their data")
     add("--smiles-column", default="smiles", help="SMILES column of a CSV/TSV (default: smiles)")
     add("--batch-size", type=int, default=256, help="molecules per batch (default: 256)")
     add("--accelerator", default="cpu", help="cpu, gpu/cuda, mps or auto (default: cpu)")

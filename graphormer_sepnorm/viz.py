@@ -59,9 +59,7 @@ def graph_token_attention(model: Graphormer, batch: GraphormerBatch,
 
 
 def mol_from_zinc_graph(data: Data, vocab: Sequence[str] = ZINC_ATOM_VOCAB) -> Chem.Mol:
-    """The RDKit molecule of a ZINC benchmark graph (PyG ``ZINC``: atom tokens, bond types).
-
-    Atoms keep the graph's node order, so per-node scores can be drawn on it.
+    """The RDKit molecule of a ZINC benchmark graph (PyG ``ZINC``), atoms in node order.
 
     Args:
         data: a graph with ``x`` ``[N, 1]`` atom-token indices and ``edge_attr`` bond types
@@ -139,14 +137,8 @@ def draw_atom_scores(smiles_or_mol: str | Chem.Mol, scores: Sequence[float],
     Returns:
         PNG bytes (``IPython.display.Image(data=...)`` shows them in a notebook).
     """
-    mol = _mol(smiles_or_mol)
-    colours = _atom_colours(mol, scores, cmap, vmax)
-    drawer = rdMolDraw2D.MolDraw2DCairo(*size)
-    rdMolDraw2D.PrepareAndDrawMolecule(drawer, mol, legend=legend,
-                                       highlightAtoms=list(colours),
-                                       highlightAtomColors=colours)
-    drawer.FinishDrawing()
-    return drawer.GetDrawingText()
+    return atom_scores_grid([smiles_or_mol], [scores], [legend], mols_per_row=1,
+                            sub_img_size=size, cmap=cmap, vmax=vmax)
 
 
 def atom_scores_grid(mols: Sequence[str | Chem.Mol], scores: Sequence[Sequence[float]],
@@ -161,9 +153,8 @@ def atom_scores_grid(mols: Sequence[str | Chem.Mol], scores: Sequence[Sequence[f
         legends: text under each panel.
         mols_per_row: panels per row. Default: 4.
         sub_img_size: width and height of a panel in pixels. Default: ``(240, 190)``.
-        cmap: matplotlib colormap name. Default: ``'Reds'``.
-        vmax: the score drawn darkest in every panel (one scale for all); default each panel's
-            largest score.
+        cmap: as :func:`draw_atom_scores`.
+        vmax: the score drawn darkest in every panel; default each panel's largest score.
 
     Returns:
         PNG bytes.
@@ -193,7 +184,7 @@ def molecule_grid(smiles: Sequence[str | Chem.Mol], legends: Sequence[str] | Non
         smiles: SMILES or molecules.
         legends: text under each molecule.
         mols_per_row: Default: 4.
-        sub_img_size: width and height of a panel in pixels. Default: ``(220, 170)``.
+        sub_img_size: a panel's pixels. Default: ``(220, 170)``.
 
     Returns:
         A PIL image (shown inline by Jupyter).
@@ -235,8 +226,7 @@ def plot_embeddings_2d(embeddings: Tensor, values: Sequence[float] | Tensor,
                        size: float = 6.0) -> Axes:
     """The embeddings projected on their two principal components, coloured by ``values``.
 
-    Points are drawn in increasing order of ``values``, so rare high values (e.g. the actives of
-    a binary target) stay visible on top.
+    Drawn in increasing order of ``values``, so rare high values stay visible on top.
 
     Args:
         embeddings: ``[n, d]``.

@@ -59,10 +59,12 @@ class KillAtStep(Callback):
         marker: a file written just before the kill; while it exists, nothing is killed (so the
             same command, run again, goes on).
         run: kill only fits whose log folder's path contains this. Default: any.
+        group: kill the whole process group (the command that started the fit too, as a lost
+            node or a cancelled job does). Default: this process alone.
     """
 
-    def __init__(self, step: int, marker: str, run: str = "") -> None:
-        self.step, self.marker, self.run = step, Path(marker), run
+    def __init__(self, step: int, marker: str, run: str = "", group: bool = False) -> None:
+        self.step, self.marker, self.run, self.group = step, Path(marker), run, group
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -71,4 +73,6 @@ class KillAtStep(Callback):
                 or self.run not in str(trainer.log_dir):
             return
         self.marker.write_text("killed\n")
+        if self.group:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

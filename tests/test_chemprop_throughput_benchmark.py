@@ -42,3 +42,12 @@ def test_timed_counts_the_children_cpu_and_memory(tmp_path):
 def test_a_failing_command_raises(tmp_path):
     with pytest.raises(subprocess.CalledProcessError):
         chemprop_throughput.timed([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log")
+
+
+def test_ours_is_the_prediction_command_with_its_defaults():
+    command = chemprop_throughput.ours_command("m.ckpt", Path("in.csv"), Path("out.csv"))
+    assert Path(command[0]).name == "graphormer-sepnorm-predict"
+    assert command[1:] == ["in.csv", "-o", "out.csv", "--checkpoint", "m.ckpt", "--overwrite",
+                           "--no-progress"]
+    assert chemprop_throughput.pairs(["new=a=b.ckpt", "old=c"]) == {"new": "a=b.ckpt",
+                                                                    "old": "c"}

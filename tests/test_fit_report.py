@@ -136,7 +136,7 @@ def test_predict_new_molecules_with_the_fitted_checkpoint(tmp_path, capsys):
     bad, out = tmp_path / "bad.csv", tmp_path / "out.csv"
     bad.write_text("smiles\nCCO\nnot_a_smiles\nCCC\n")
     assert predict_main([str(bad), "--strict", "-o", str(out), "--checkpoint", best]) == 1
-    assert "row 2" in capsys.readouterr().err and not out.exists()
+    assert "line 3:" in capsys.readouterr().err and not out.exists()  # the header is line 1
     assert predict_main([str(bad), "-o", str(out), "--checkpoint", best]) == 0
     # the default GP blend adds a calibrated deviation and a 90% interval
     assert out.read_text().splitlines()[0] == "smiles,logS,logS_std,logS_lo90,logS_hi90,error"

@@ -88,10 +88,10 @@ def test_rdkit2d_is_rdkits_functions_one_by_one(smiles):
 def test_rdkit2d_failing_descriptor_is_the_mean(monkeypatch):
     features = mf.RDKit2D()
 
-    def broken(mol):
+    def broken(mol, memo):
         raise RuntimeError("no value")
 
-    features.functions[0] = broken
+    features.shared.steps[0] = broken
     assert features(Chem.MolFromSmiles("CCO"))[0] == 0.0
 
 

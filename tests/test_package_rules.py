@@ -21,7 +21,7 @@ WINGS = (PACKAGE / "nn" / "cpu", PACKAGE / "nn" / "cuda")
 #: Files outside the wings that look at the device, and why (none changes a result beyond
 #: floating-point rounding).
 PLUMBING = {
-    "grid/batches.py": "pins the epoch's host indices before copying them to a GPU",
+    "grid/engine.py": "pins the epoch's host indices before copying them to a GPU",
     "grid/store.py": "compiles the batch gathers on a GPU (eager elsewhere: same values)",
     "prediction/runner.py": "on a CPU, leaves the featurization workers their cores",
     "training/optimization.py": "torch's fused AdamW where the device has it (cpu, cuda)",
@@ -139,3 +139,13 @@ def test_the_datamodules_read_nothing_from_the_module() -> None:
     for path in sources(PACKAGE / "datasets"):
         text = path.read_text()
         assert "lightning_module" not in text, path
+
+
+def test_only_the_reader_and_the_converter_load_checkpoints():
+    loaders = set()
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr == "load" and getattr(node.func.value, "id", "") == "torch":
+                loaders.add(path.relative_to(PACKAGE).as_posix())
+    assert loaders == {"checkpoints/__init__.py", "convert.py"}

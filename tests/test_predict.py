@@ -235,7 +235,9 @@ def test_missing_smiles_column(tmp_path, ckpt, capsys):
 def test_default_checkpoint_name_is_molhiv():
     from graphormer_sepnorm.predict import build_parser
 
-    assert build_parser().parse_args(["x.smi"]).checkpoint == "molhiv"
+    assert build_parser().parse_args(["x.smi"]).checkpoint == ["molhiv"]
+    two = build_parser().parse_args(["x.smi", "--checkpoint", "a.ckpt", "b.ckpt"])
+    assert two.checkpoint == ["a.ckpt", "b.ckpt"]
 
 
 def test_python_dash_m(tmp_path, ckpt):
@@ -252,10 +254,14 @@ def test_python_dash_m(tmp_path, ckpt):
     assert "flagged: 3" in run.stderr
 
 
-@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize(("workers", "head"), [(1, 256), (3, 256), (2, 2)])
 def test_chunked_stream_with_worker_processes_keeps_order_and_flags(tmp_path, ckpt, module,
-                                                                     workers):
+                                                                     workers, head, monkeypatch):
+    from graphormer_sepnorm.prediction import engine
     from graphormer_sepnorm.prediction.runner import predict_file
+
+    # head: rows of the first chunk featurized in this process (2: the rest in the workers)
+    monkeypatch.setattr(engine, "FIRST_ROWS_IN_PROCESS", head)
 
     # bad rows in the first, a middle and the last chunk: each flagged in its own row
     smiles = ["bad(", *SMILES[:9], "", *SMILES[9:]]

@@ -31,7 +31,7 @@ def test_strict_stops_at_first_bad_row_and_writes_nothing(tmp_path, ckpt, capsys
     assert main([str(src), "-o", str(out), "--checkpoint", str(ckpt), "--strict",
                  "--embeddings", str(emb)]) == 1
     err = capsys.readouterr().err
-    assert "row 3" in err and "not_a_smiles" in err and "no output written" in err
+    assert "line 3:" in err and "not_a_smiles" in err and "no output written" in err
     assert not out.exists() and not emb.exists() and leftovers(tmp_path) == []
 
 
@@ -40,10 +40,20 @@ def test_strict_row_number_counts_earlier_chunks(tmp_path, ckpt):
 
     src = tmp_path / "m.smi"
     src.write_text("CCO\nCCN\nCCC\nbad(\n")
-    with pytest.raises(StrictError, match="row 4"):
+    with pytest.raises(StrictError, match="line 4:"):
         predict_file(src, tmp_path / "o.csv", str(ckpt), strict=True, chunk_size=2,
                      num_workers=0, progress=False)
     assert not (tmp_path / "o.csv").exists() and leftovers(tmp_path) == []
+    # lines as fit counts them: the header is line 1, in .smi and CSV files alike
+    src.write_text("smiles\nCCO\nCCN\nbad(\n")
+    with pytest.raises(StrictError, match="line 4:"):
+        predict_file(src, tmp_path / "o.csv", str(ckpt), strict=True, chunk_size=2,
+                     num_workers=0, progress=False)
+    table = tmp_path / "m.csv"
+    table.write_text("name,smiles\na,CCO\nb,CCN\nc,CCC\nd,bad(\n")
+    with pytest.raises(StrictError, match="line 5:"):
+        predict_file(table, tmp_path / "o.csv", str(ckpt), strict=True, chunk_size=2,
+                     num_workers=0, progress=False)
 
 
 @pytest.mark.parametrize("stop", [RuntimeError, KeyboardInterrupt])

@@ -7,7 +7,8 @@ chemprop's "extra molecule features", here beside the graph token: the head read
 prediction computes the same features with no setting of its own.
 
 - ``rdkit2d``: the 174 RDKit 2D descriptors the bundled ``pretrained`` model learned to predict,
-  each computed by RDKit's own function of that name (``Descriptors.descList``; the RDKit
+  each RDKit's own value of that name (``Descriptors.descList``; what several share computed
+  once a molecule, :mod:`~graphormer_sepnorm.chem.shared_descriptors`; the RDKit
   versions that have them all and give the recorded values are ``pyproject.toml``'s), then
   transformed, clipped and standardized exactly as for that pretraining (fitted on ZINC's
   training molecules: ``rdkit2d_descriptors.json`` beside this file, written by
@@ -35,6 +36,7 @@ from graphormer_sepnorm.chem.layout import (
     check_feature_name,
     descriptor_spec,
 )
+from graphormer_sepnorm.chem.shared_descriptors import SharedDescriptors
 
 __all__ = ["MOL_FEATURES", "SPEC_PATH", "DescriptorTransform", "MolFeatures", "MorganCounts",
            "RDKit2D", "apply_transform", "build_mol_features", "descriptor_functions",
@@ -127,8 +129,10 @@ def descriptor_functions(names: Sequence[str]) -> list[Callable[[Chem.Mol], Any]
 class RDKit2D(MolFeatures):
     """The pretraining's 174 standardized RDKit 2D descriptors (see the module docstring).
 
-    Each is RDKit's own function from ``Descriptors.descList``, called on the molecule in the
-    spec's order (RDKit caches what several share, such as the E-state indices, on it).
+    Each is RDKit's own value from ``Descriptors.descList``: its function called on the
+    molecule in the spec's order, or, where several share an intermediate (the E-state indices,
+    BCUT2D, QED's properties), derived from it computed once
+    (:class:`~graphormer_sepnorm.chem.shared_descriptors.SharedDescriptors`).
 
     Examples:
         >>> values = RDKit2D()(Chem.MolFromSmiles("CCO"))
@@ -142,6 +146,7 @@ class RDKit2D(MolFeatures):
         self.spec = descriptor_spec(self.name)
         self.names = [item["name"] for item in self.spec]
         self.functions = descriptor_functions(self.names)
+        self.shared = SharedDescriptors(self.names, self.functions)
         self.transform = DescriptorTransform(self.spec)
         self.dim = len(self.spec)
 
@@ -151,13 +156,7 @@ class RDKit2D(MolFeatures):
 
     def raw(self, mol: Chem.Mol) -> np.ndarray:
         """``[174]`` float64 RDKit values, before the transforms (NaN where RDKit raises)."""
-        values = []
-        for function in self.functions:
-            try:
-                values.append(function(mol))
-            except Exception:  # RDKit raises assorted types on odd molecules; value unknown
-                values.append(math.nan)
-        return _floats(values)
+        return _floats(self.shared(mol))
 
 
 def _floats(values: list[Any]) -> np.ndarray:

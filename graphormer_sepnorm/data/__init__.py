@@ -3,7 +3,7 @@
 from graphormer_sepnorm.data.batch import GraphormerBatch, GridBatch
 from graphormer_sepnorm.data.collate import GraphormerCollator
 from graphormer_sepnorm.data.sampler import SizeGroupedBatchSampler
-from graphormer_sepnorm.data.transform import AddShortestPaths, add_shortest_paths
+from graphormer_sepnorm.data.shortest_paths import AddShortestPaths, add_shortest_paths
 
 __all__ = [
     "AddShortestPaths",

@@ -1,15 +1,9 @@
 """The batches the model reads: the collator's :class:`GraphormerBatch` and :class:`GridBatch`.
 
-Both are dataclasses of tensors (:class:`TensorFields`) with the same three layout methods,
-:meth:`~GraphormerBatch.atom_grid`, :meth:`~GraphormerBatch.with_pairs` and
-:meth:`~GraphormerBatch.hop_sums`: the model reads a batch only through them, so the reference
-model computes the same function from either batch of the same graphs.
-
-The collator's batch holds only what is real (the atoms, the pairs of each graph, the hops of
-each path), so its shapes change with every batch. The grid batch holds every position of the
-padded ``[B, N]`` grid and every pair of ``[B, N, N]``, and ``S`` hop slots per pair, so that a
-compiled step (or a CUDA graph) is built once per shape
-(:class:`~graphormer_sepnorm.grid.engine.GridEngine`).
+Both have the layout methods ``atom_grid``, ``with_pairs`` and ``hop_sums``, the model's only
+reads of a batch's layout, so the model computes the same function from either. The collator's
+holds only what is real (shapes change every batch); the grid batch every position and pair of
+the padded grid (shapes depend on ``B``, ``N`` and ``S`` only).
 """
 
 from __future__ import annotations
@@ -65,15 +59,9 @@ class GraphormerBatch(TensorFields):
         y: ``[B, num_tasks]`` float targets, or ``None``.
         mol_x: ``[B, F_mol]`` float molecule features the head reads beside the graph token
             (``graphormer_sepnorm.chem.mol_features``), or ``None``.
-        hop_counts: the hop lists' layout when it is hop-major with nested pair prefixes, as
-            the collator builds it: ``hop_counts[k]`` hops have hop index ``k``, they come after
-            those of ``k - 1``, and their pairs are the first ``hop_counts[k]`` pairs of hop 0's.
-            ``None`` when the lists are in any other order. Plain ints: reading it never
-            synchronizes with a device.
-
-    The model reads the layout through three methods, :meth:`atom_grid`, :meth:`with_pairs`
-    and :meth:`hop_sums`; the grid engine's :class:`~graphormer_sepnorm.data.batch.GridBatch`
-    implements them for its static-shape layout.
+        hop_counts: when the hop lists are hop-major with nested pair prefixes (the
+            collator's): ``hop_counts[k]`` hops have index ``k``, after those of ``k - 1``, and
+            belong to the first ``hop_counts[k]`` pairs of hop 0's. Else ``None``. Plain ints.
     """
 
     x: Tensor
@@ -115,9 +103,7 @@ class GraphormerBatch(TensorFields):
     def hop_sums(self, table: Tensor, hops: int) -> Tensor:
         """Each pair's sum over the first ``min(d, hops)`` hops of its path, ``[P, H]``.
 
-        ``table`` ``[hops * E, H]`` is hop-major: hop ``k`` over edge ``e`` reads row
-        ``k * E + e``. A product, not a boolean selection, drops later hops: no host
-        synchronization.
+        ``table`` ``[hops * E, H]``: hop ``k`` over edge ``e`` reads row ``k * E + e``.
         """
         kept = (self.hop_index < hops).unsqueeze(1).to(table.dtype)
         rows = self.hop_index.clamp(max=hops - 1) * len(self.edge_attr) + self.hop_edge
@@ -127,7 +113,6 @@ class GraphormerBatch(TensorFields):
     def pin_memory(self) -> GraphormerBatch:
         """Pins every tensor (used by ``DataLoader(pin_memory=True)``)."""
         return self._map(lambda v: v.pin_memory())
-
 
 
 @dataclass
@@ -168,11 +153,7 @@ class GridBatch(TensorFields):
         return self.node_mask.shape[-2]
 
     def atom_grid(self, atoms: Tensor) -> Tensor:
-        """Per-position rows ``[B * N, D]`` as the grid ``[B, N, D]``.
-
-        Padded positions hold what the padding's features embed to: no real token attends to
-        them, so no output depends on them.
-        """
+        """Per-position rows ``[B * N, D]`` as the grid ``[B, N, D]`` (padding read by none)."""
         b, n = self.node_mask.shape
         return atoms.view(b, n, -1)
 
@@ -187,9 +168,8 @@ class GridBatch(TensorFields):
     def hop_sums(self, table: Tensor, hops: int) -> Tensor:
         """Each pair's sum over its first ``min(d, hops)`` slots, ``[B * N * N, H]``.
 
-        ``table`` ``[hops * E_types, H]`` is hop-major: hop ``k`` over edge type ``e`` reads
-        row ``k * E_types + e``. The slots are gathered and summed per pair (``vmap`` batches
-        that; it has no rule for ``embedding_bag``).
+        ``table`` ``[hops * E_types, H]``: hop ``k`` over edge type ``e`` reads row
+        ``k * E_types + e``.
         """
         slots = min(hops, self.hop_edge.shape[-1])
         hop = self.hop_index[:, :slots]

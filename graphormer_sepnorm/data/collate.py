@@ -1,9 +1,7 @@
-"""Collate PyG graphs into the padded batch Graphormer consumes.
+"""Collate PyG graphs into a :class:`~graphormer_sepnorm.data.batch.GraphormerBatch`.
 
-Pair quantities (distances, edge paths) are kept as flat lists over the real node pairs of the
-batch, ``P = sum_g N_g^2`` of them, never as ``[B, N, N, hops, F]`` blocks, and each shortest
-path is a list of its actual hops: padding and a ``hops`` axis would otherwise dominate memory
-for batches mixing small and large molecules.
+Pair quantities are flat lists over the batch's real pairs and each shortest path a list of its
+actual hops, never ``[B, N, N, hops]`` blocks (``docs/concepts/batching.md``).
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.data.batch import GraphormerBatch, as_long_2d
-from graphormer_sepnorm.data.transform import AddShortestPaths
+from graphormer_sepnorm.data.shortest_paths import AddShortestPaths
 
 _add_spd = AddShortestPaths()
 

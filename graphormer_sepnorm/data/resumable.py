@@ -1,16 +1,8 @@
 """Training batches that resume mid-epoch exactly where a checkpoint left them.
 
-Lightning restores a fit's weights, optimizer and loop counters from a checkpoint saved in the
-middle of an epoch, and asks the training iterable for its own position (the ``state_dict`` /
-``load_state_dict`` pair, Lightning's ``_Stateful``). Without one, a resumed fit replays the
-epoch's batches from its start: close to the uninterrupted run, not the same. Here the epoch's
-batches are a pure function of (seed, epoch), so the position is just (epoch, batches done) and
-a resumed fit skips the batches it already trained on, then goes on as the uninterrupted fit
-would (``tests/data/test_resumable.py``, ``tests/test_resume.py``, ``tests/test_time_limit.py``).
-
-The count of batches done comes from the trainer's progress: what was trained, whatever the
-iterable handed out (Lightning 2.6 fetches nothing ahead from a loader with a length, so the
-two agree there).
+An epoch's batches are a function of (seed, epoch), so the position Lightning saves through the
+loader's ``state_dict`` is (epoch, batches done, from the trainer's progress), and a resumed fit
+skips the batches it already trained on.
 """
 
 from __future__ import annotations
@@ -38,12 +30,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
 
     @property
     def sampler(self) -> ResumableBatchSampler:
-        """This sampler itself, whose epoch Lightning sets as ``loader.batch_sampler.sampler``'s.
-
-        A ``DataLoader`` given a batch sampler exposes it only there (``loader.sampler`` is
-        then a plain sequential sampler), so without this Lightning never set the epoch of a
-        batch sampler, and every epoch drew the first epoch's batches again.
-        """
+        """This sampler, whose epoch Lightning sets as ``loader.batch_sampler.sampler``'s."""
         return self
 
     def set_epoch(self, epoch: int) -> None:
@@ -70,11 +57,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
 
 
 def batches_done(trainer: Any) -> int:
-    """Training batches of the current epoch that ``trainer`` has run (0 without a trainer).
-
-    Lightning counts a batch ``ready`` when it is fetched for training, so inside
-    ``on_train_batch_end`` and at the validation that follows, it counts the batch just trained.
-    """
+    """Training batches of the current epoch that ``trainer`` has run (0 without a trainer)."""
     if trainer is None:
         return 0
     return int(trainer.fit_loop.epoch_loop.batch_progress.current.ready)
@@ -96,14 +79,10 @@ def resume_samplers(samplers: list[ResumableBatchSampler], state: dict[str, int]
 class ResumableLoader(DataLoader):
     """A ``DataLoader`` over a :class:`ResumableBatchSampler` that Lightning can checkpoint.
 
-    torchdata's ``StatefulDataLoader`` (0.11.0) would do as well for this loader alone: swapped
-    in, the single-run resume tests pass (only the saved state's form differs), and an epoch
-    costs the same (64 batches of 32 ZINC-like graphs, one thread, no workers: either within
-    15 us a batch of a plain ``DataLoader``, against 4 to 7 ms of collation;
-    ``benchmarks/resumable_loader.py``). It is kept because the grid engine's
-    :class:`~graphormer_sepnorm.grid.batches.DeviceBatches` (packed replicas, the GPU path) is
-    no ``DataLoader`` and resumes through the same sampler: one mechanism and one saved state
-    for both, no other dependency, and the checkpoints saved so far keep resuming.
+    torchdata's ``StatefulDataLoader`` costs the same (either within 15 us a batch of a plain
+    ``DataLoader``, against 4 to 7 ms of collation; ``benchmarks/resumable_loader.py``) but
+    would not serve the grid engine's batches, which are no ``DataLoader`` and resume through
+    the same sampler: one mechanism and one saved state for both, no other dependency.
 
     Args:
         *args: ``DataLoader``'s; ``batch_sampler`` must be a :class:`ResumableBatchSampler`.

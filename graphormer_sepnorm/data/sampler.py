@@ -11,16 +11,11 @@ from torch.utils.data import Sampler
 class SizeGroupedBatchSampler(Sampler[list[int]]):
     """Batches of graph indices: uniform random by default, or grouped by molecule size.
 
-    Indices are shuffled, cut into pools of ``batch_size * pool_batches``, each pool is sorted by
-    size and cut into batches, and the batches are shuffled. With one batch per pool (the
-    default) every batch is a uniform random sample of the dataset, only listed in size order.
-
-    Size-grouped batches (``pool_batches > 1``) waste less padding, but **bias every statistic
-    taken over a batch**: a batch of one-size molecules has a mean that size explains, so a
-    BatchNorm over the batch (SepNorm's graph token) subtracts exactly what size explains in
-    training and applies running statistics no training batch had in evaluation, and gradients
-    come from one-size batches. Use them for evaluation (order changes no metric there) or for
-    models without batch statistics only.
+    Indices are shuffled, cut into pools of ``batch_size * pool_batches``, each pool sorted by
+    size and cut into batches, and the batches shuffled. With one batch per pool (the default)
+    every batch is a uniform random sample, listed in size order. Size-grouped batches
+    (``pool_batches > 1``) waste less padding but **bias every statistic over a batch** (a
+    BatchNorm would subtract what size explains): for evaluation, or models without BatchNorm.
 
     Args:
         sizes: node count of each graph.

@@ -58,7 +58,7 @@ def records(handle: TextIO, delimiter: str) -> Iterator[tuple[int, list[str]]]:
 
 @dataclass
 class CSVTable:
-    """The columns a :class:`~graphormer_sepnorm.datasets.SmilesCSVDataModule` reads.
+    """The columns a :class:`~graphormer_sepnorm.datasets.smiles_csv.SmilesCSVDataModule` reads.
 
     Attributes:
         smiles: per row.

@@ -1,9 +1,6 @@
-"""Offline mirrors: copy a dataset's raw files from a local folder instead of downloading them.
+"""Offline mirrors: copy a dataset's raw files from a local, read-only folder, not the internet.
 
-Clusters without internet keep one read-only copy of the raw files (``MIRROR/ZINC/raw``,
-``MIRROR/ogbg_molhiv``); each data root gets its own copy, because the loaders write processed
-files beside their raw files (and PyG's ``ZINC.download()`` deletes its raw folder first). The
-mirror itself is only ever read.
+Each data root gets its own copy: the loaders write processed files beside the raw ones.
 """
 
 from __future__ import annotations
@@ -32,10 +29,7 @@ def missing_files(folder: Path, required: Sequence[str]) -> list[str]:
 
 
 def copy_from_mirror(mirror: Path, relative: str, dest: Path, required: Sequence[str]) -> None:
-    """Copies ``mirror/relative`` into ``dest``, file by file, skipping files already there.
-
-    Only files are copied (no ``processed/`` folders, which belong to each root). The mirror is
-    read, never written.
+    """Copies ``mirror/relative``'s files (no ``processed/``) into ``dest``, skipping those there.
 
     Args:
         mirror: the mirror folder.

@@ -8,10 +8,7 @@ from typing import Any
 import torch
 from torch_geometric.data import Data
 
-from graphormer_sepnorm.datasets.base import (
-    GraphDataModule,
-    make_dataset_info,
-)
+from graphormer_sepnorm.datasets.base import GraphDataModule, make_dataset_info
 from graphormer_sepnorm.datasets.mirror import DatasetUnavailableError, prepare_raw, unavailable
 
 MOLHIV_FILES = (

@@ -1,11 +1,8 @@
 r"""Featurized splits as compact arrays, for machines without RDKit, ogb or the raw data.
 
-A GPU node of a cluster often has neither the chemistry stack nor the raw datasets (ZINC's raw
-pickles are 347 MB, MolHIV needs ogb and RDKit). :func:`write_prepared` stores a datamodule's
-featurized splits as ``train.npz``, ``val.npz``, ``test.npz`` (int16/int8 arrays, concatenated;
-ZINC-subset's are 0.5 MB) and its ``dataset_info.json``; :class:`PreparedDataModule` trains from
-them with torch and PyG alone, and its checkpoints carry the original ``dataset_info``
-(featurizer included), so they predict on SMILES like any other::
+:func:`write_prepared` stores a datamodule's splits as ``{train,val,test}.npz`` (ZINC-subset's:
+0.5 MB, against 347 MB of raw pickles) and its ``dataset_info.json``; :class:`PreparedDataModule`
+trains from them with torch and PyG alone, and its checkpoints predict on SMILES like any other::
 
     python -m graphormer_sepnorm.datasets.prepared zinc_subset data/prepared/zinc_subset
     graphormer-sepnorm fit --config configs/zinc_subset.yaml --data.path data/prepared/zinc_subset \

@@ -11,9 +11,9 @@ import torch
 from torch_geometric.data import Data
 
 from graphormer_sepnorm.chem.featurizers import build_featurizer
-from graphormer_sepnorm.chem.parallel import featurize_set
 from graphormer_sepnorm.datasets.base import DataError, GraphDataModule, make_dataset_info
 from graphormer_sepnorm.datasets.csv_table import NUMBERING, CSVTable, TaskType, read_table, report
+from graphormer_sepnorm.datasets.feature_cache import featurize_cached
 from graphormer_sepnorm.datasets.splits import (
     fold_split,
     murcko_scaffold,
@@ -73,6 +73,8 @@ class SmilesCSVDataModule(GraphDataModule):
         num_folds: folds of a ``*_folds`` split (at least 3). Default: 5.
         fold: the fold tested (``0 .. num_folds - 1``). Default: 0.
         on_invalid: ``'error'`` or ``'skip'`` rows with a SMILES that cannot be featurized.
+        cache_dir: a folder keeping the featurized molecules for the next fit on the same file
+            (:mod:`~graphormer_sepnorm.datasets.feature_cache`); ``None`` (default): none.
         **kwargs: see :class:`~graphormer_sepnorm.datasets.base.GraphDataModule` (``root`` is
             unused: nothing is cached on disk).
     """
@@ -86,7 +88,7 @@ class SmilesCSVDataModule(GraphDataModule):
                  split_sizes: tuple[float, float, float] = (0.8, 0.1, 0.1), split_seed: int = 0,
                  scaffold_ties: Literal["hashed", "file_order"] = "hashed", num_folds: int = 5,
                  fold: int = 0, on_invalid: Literal["error", "skip"] = "error",
-                 **kwargs: Any) -> None:
+                 cache_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.save_hyperparameters()  # plain values in checkpoints: test/predict need no config
         columns = [target_columns] if isinstance(target_columns, str) else list(target_columns)
@@ -109,7 +111,7 @@ class SmilesCSVDataModule(GraphDataModule):
         self.split, self.split_column, self.split_seed = split, split_column, split_seed
         self.split_sizes = tuple(float(s) for s in split_sizes)
         self.scaffold_ties, self.num_folds, self.fold = scaffold_ties, num_folds, fold
-        self.on_invalid = on_invalid
+        self.on_invalid, self.cache_dir = on_invalid, cache_dir
         self.featurizer = build_featurizer(featurizer, max_atoms=max_atoms,
                                            mol_features=mol_features or [])
         self._table: CSVTable | None = None
@@ -138,7 +140,8 @@ class SmilesCSVDataModule(GraphDataModule):
 
     def _featurize(self, table: CSVTable, rows: list[int]) -> list[Data | None]:
         """The graphs of ``rows`` with ``y`` (and descriptors in ``mol_x``); ``None`` if invalid."""
-        graphs, errors = featurize_set([table.smiles[i] for i in rows], self.featurizer)
+        graphs, errors = featurize_cached([table.smiles[i] for i in rows], self.featurizer,
+                                          self.cache_dir)
         bad = [f"line {table.lines[i]}: {table.smiles[i]!r}: {e}"
                for i, e in zip(rows, errors, strict=True) if e is not None]
         if bad:

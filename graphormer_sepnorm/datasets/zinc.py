@@ -8,10 +8,7 @@ from typing import Any
 from torch_geometric.data import Data
 from torch_geometric.datasets import ZINC
 
-from graphormer_sepnorm.datasets.base import (
-    GraphDataModule,
-    make_dataset_info,
-)
+from graphormer_sepnorm.datasets.base import GraphDataModule, make_dataset_info
 from graphormer_sepnorm.datasets.mirror import prepare_raw, unavailable
 
 ZINC_RAW_FILES = ("train.pickle", "val.pickle", "test.pickle", "train.index", "val.index",

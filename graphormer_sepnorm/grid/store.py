@@ -1,21 +1,9 @@
 """A dataset split stored once on a device, and static-shape batches gathered there.
 
-The collator builds every batch on the host: shortest-path walks, hop lists whose lengths
-change with every batch, a host-to-device copy. A GPU step of Graphormer-slim is a few
-milliseconds, so that work, and the shapes that change every step, would bound it.
-:class:`GridGraphs` does the walks once per split and keeps the results on the device, flat:
-
-- per atom: its features and degree;
-- per graph: its atom count and the offsets of its atoms and pairs;
-- per pair ``(i, j)`` of each graph (``N_g^2`` of them): the hop distance and the edge *type* of
-  each hop of one shortest path, ``S = min(K, longest path)`` slots (uint8 while there are at
-  most 255 edge types).
-
-A batch is then a few index gathers on the device, a
-:class:`~graphormer_sepnorm.data.batch.GridBatch` (every position of the padded ``[B, N]``
-grid, every pair of ``[B, N, N]``): its shapes depend only on ``B``, ``N`` and ``S``, nothing
-reads a value back to the host, so a step can be compiled or captured once per shape. The model
-computes exactly what it computes from the collator's batch of the same graphs.
+:class:`GridGraphs` walks the shortest paths once and keeps, flat: per atom its features and
+degree; per graph its atom count and offsets; per pair ``(i, j)`` the hop distance and the edge
+*type* of each hop of one shortest path (``S = min(K, longest path)`` slots). A batch is a few
+index gathers on the device that read nothing back to the host.
 """
 
 from __future__ import annotations
@@ -29,7 +17,7 @@ from torch_geometric.data import Data
 
 from graphormer_sepnorm.data.batch import GridBatch, as_long_2d
 from graphormer_sepnorm.data.collate import GraphormerCollator
-from graphormer_sepnorm.data.transform import add_shortest_paths
+from graphormer_sepnorm.data.shortest_paths import add_shortest_paths
 from graphormer_sepnorm.nn.compiling import compiled
 
 #: Graphs walked per collator call while building.
@@ -74,10 +62,12 @@ class GridGraphs:
         self.sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
         self._lengths: dict[int, np.ndarray] = {}
         self._compiled_gather: Callable[[Tensor, int], tuple[Tensor | None, ...]] | None = None
-        self._aranges: dict[tuple[int, torch.device, torch.dtype], Tensor] = {}
         host = _host_arrays(graphs, multi_hop_max_dist)
         self.hop_slots = host["path"].shape[1]
         self.tensors = {name: torch.from_numpy(value).to(device) for name, value in host.items()}
+        # each pair's slot s is hop s: expanded per batch, no memory and no kernel a step
+        self._slots = torch.arange(self.hop_slots, device=device,
+                                   dtype=torch.uint8 if multi_hop_max_dist < 256 else torch.long)
         self.y, self.mol_x = (
             torch.cat([getattr(g, name).reshape(1, -1) for g in graphs]).float().to(device)
             if all(getattr(g, name, None) is not None for g in graphs) else None
@@ -100,11 +90,9 @@ class GridGraphs:
     def batch(self, index: Tensor, length: int) -> GridBatch:
         """The graphs ``index`` (``[..., B]`` long, on the device) padded to ``length`` atoms.
 
-        Leading dimensions (``[R, B]`` for ``R`` packed replicas) stay leading in every field
-        (:attr:`GridBatch.stacked <graphormer_sepnorm.data.batch.GridBatch.stacked>`).
-        ``length`` must be at least the largest atom count among them (see :meth:`length_for`).
-        On CUDA the gathers are one compiled function (dynamic shapes: compiled once), a
-        handful of kernels instead of about 28 launches (:func:`gathers_compiled`).
+        Leading dimensions (``[R, B]`` for packed replicas) stay leading in every field;
+        ``length`` is at least their largest atom count (:meth:`length_for`). On CUDA the
+        gathers are one compiled function, a handful of kernels instead of about 28 launches.
         """
         gather = self._gather
         if gathers_compiled(index.device):
@@ -123,27 +111,12 @@ class GridGraphs:
             edge_attr=self.tensors["edge_types"].expand(*lead,
                                                        *self.tensors["edge_types"].shape),
             pair_spd=spd.flatten(-3),
-            # each pair's slot s is hop s (a view: [P, S] of the slots' arange, nothing moved)
-            hop_index=self._arange(self.hop_slots, index.device, self._slot_dtype).expand(
-                hop_edge.shape),
+            hop_index=self._slots.expand(hop_edge.shape),
             hop_edge=hop_edge,
             y=y,
             mol_x=mol_x,
             stacked=bool(lead),
         )
-
-    @property
-    def _slot_dtype(self) -> torch.dtype:
-        """The hop slots' small integer type, as the store's."""
-        return torch.uint8 if self.multi_hop_max_dist < 256 else torch.long
-
-    def _arange(self, size: int, device: torch.device,
-                dtype: torch.dtype = torch.long) -> Tensor:
-        """``arange(size)``, made once per size and dtype (no kernel at each step)."""
-        key = (size, device, dtype)
-        if key not in self._aranges:
-            self._aranges[key] = torch.arange(size, device=device, dtype=dtype)
-        return self._aranges[key]
 
     def _gather(self, index: Tensor, length: int) -> tuple[Tensor | None, ...]:
         """The batch's fields as ``[..., B, N(, N, S)]`` blocks (see :meth:`batch`)."""
@@ -163,11 +136,7 @@ class GridGraphs:
                 None if self.mol_x is None else self.mol_x[index])
 
     def length_for(self, index: np.ndarray, multiple: int = 8) -> int:
-        """The padded length of a batch of graphs ``index`` (host ints).
-
-        Their largest atom count rounded up to the next of :meth:`lengths`, so that a split's
-        batches take a handful of shapes (each a compiled graph, or a CUDA graph).
-        """
+        """The padded length of graphs ``index`` (host ints): the next of :meth:`lengths`."""
         largest = int(self.sizes[index].max(initial=1))
         lengths = self.lengths(multiple)
         return int(lengths[min(np.searchsorted(lengths, largest), len(lengths) - 1)])
@@ -176,10 +145,8 @@ class GridGraphs:
         """The padded lengths batches take, sorted.
 
         Each multiple of ``multiple`` up to the split's median molecule, then steps of a
-        quarter (rounded up to ``multiple``) up to its largest. ZINC-subset's (9 to 38 atoms,
-        median 23) are 8, 16, 24, 32, 40, every multiple of 8; MolHIV's training split (up to
-        222 atoms) 12 lengths instead of 28: random batches of 128 take 7 of them instead of 23,
-        9% longer on average (103 against 94 atoms).
+        quarter up to its largest: MolHIV's training split takes 12 lengths instead of 28,
+        batches 9% longer on average.
         """
         if multiple not in self._lengths:
             up = lambda n: int(-(-int(np.ceil(n)) // multiple) * multiple)  # noqa: E731

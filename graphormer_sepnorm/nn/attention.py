@@ -10,23 +10,16 @@ from torch import Tensor, nn
 from graphormer_sepnorm.nn.dropout import dropout
 
 FastAttend = Callable[[Tensor, Tensor, int, int, float], "Tensor | None"]
-"""A device wing's attention (see :mod:`~graphormer_sepnorm.nn.backends`).
-
-``(qkv [B, L, 3D], bias [B, H, L, L], num_heads, queries, dropout_p)`` -> the first ``queries``
-positions' heads merged, ``[B * queries, D]``, or ``None`` where the wing does not apply.
-"""
+"""A device wing's :func:`attend` (same arguments, no ``explicit``), or ``None`` to decline."""
 
 
 class BiasedMultiheadAttention(nn.Module):
     """Self-attention whose scores get an additive bias before the softmax.
 
-    ``softmax(q k^T / sqrt(d) + bias) v`` per head, then the output projection. The bias
-    ``[B, H, L, L]`` carries Graphormer's structure (spatial, edge and graph-token terms) and
-    ``-inf`` on padded keys. It is computed by ``F.scaled_dot_product_attention`` when
-    :attr:`fused` (the default), else explicitly; explicitly always with ``need_weights``, to
-    return the probabilities (e.g. to plot the graph token's attention). A device wing may
-    compute it instead (``fast_attend``, set by
-    :func:`~graphormer_sepnorm.nn.backends.set_backend`).
+    ``softmax(q k^T / sqrt(d) + bias) v`` per head, then the output projection; the bias
+    ``[B, H, L, L]`` holds ``-inf`` on padded keys. Computed by SDPA when :attr:`fused` (the
+    default), explicitly otherwise and always with ``need_weights``; a device wing's
+    ``fast_attend`` (set by :func:`~graphormer_sepnorm.nn.backends.set_backend`) may take over.
 
     Args:
         dim: model size ``D``.
@@ -60,12 +53,7 @@ class BiasedMultiheadAttention(nn.Module):
 
     def forward(self, x: Tensor, bias: Tensor, need_weights: bool = False,
                 num_queries: int | None = None) -> tuple[Tensor, Tensor | None]:
-        """Attends; see the class docstring for shapes.
-
-        With ``num_queries`` only the first positions attend (keys and values are still all of
-        ``x``): the last layer needs only the graph token when the model just predicts. Only
-        those rows of ``bias`` are read, so it may be ``[B, H, num_queries, L]``.
-        """
+        """Attends; with ``num_queries`` only the first positions (and rows of ``bias``)."""
         b, length, dim = x.shape
         queries = length if num_queries is None else num_queries
         # token rows [B * L, D]: under vmap a [B, L, D] input whose replica dimension is not

@@ -14,13 +14,11 @@ BACKENDS: tuple[Backend, ...] = ("auto", "reference", "cpu", "cuda")
 def set_backend(model: Graphormer, backend: Backend = "auto") -> Graphormer:
     """Chooses how ``model`` computes; parameters and ``state_dict`` are the same for all.
 
-    ``'reference'``: the reference model only (full bias, ``F.scaled_dot_product_attention``,
-    SepNorm composed from its norms). ``'cpu'``: the encoder of the CPU wing
-    (:mod:`graphormer_sepnorm.nn.cpu`) on CPU tensors; raises on others. ``'cuda'``: attention
-    through the CUDA wing (:mod:`graphormer_sepnorm.nn.cuda`) on CUDA tensors; raises on
-    others. ``'auto'`` (default): each wing where it applies, else the reference. The function
-    computed is the same up to float rounding (dropout draws differ); attention weights
-    (``need_weights``) always come from the reference.
+    ``'reference'``: the reference model only. ``'cpu'``: the CPU wing's encoder
+    (:mod:`graphormer_sepnorm.nn.cpu`), raising on other tensors. ``'cuda'``: the CUDA wing's
+    attention (:mod:`graphormer_sepnorm.nn.cuda`), raising on other tensors. ``'auto'``
+    (default): each wing where it applies. The function is the same up to float rounding
+    (dropout draws differ); ``need_weights`` always runs the reference.
 
     Returns:
         ``model``.

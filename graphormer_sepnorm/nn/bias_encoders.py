@@ -51,13 +51,9 @@ class SpatialEncoder(nn.Module):
 class EdgePathEncoder(nn.Module):
     """Graphormer's edge encoding along shortest paths.
 
-    ``multi_hop``: each edge is embedded per head (mean over its feature columns), hop ``k`` of
-    the path is multiplied by its own learned ``H x H`` matrix, and the hops are summed and divided
-    by the path length (capped at ``K``):
-    ``bias(i, j) = 1 / min(d_ij, K) * sum_{k < min(d_ij, K)} w_k^T emb(e_k)``.
-    The matrices are folded into a ``[K * E, H]`` table (:meth:`hop_table`), so each hop is one
-    row of it, summed into its pair by the batch
-    (:meth:`~graphormer_sepnorm.data.batch.GraphormerBatch.hop_sums`).
+    ``multi_hop``: ``bias(i, j) = 1 / min(d_ij, K) * sum_{k < min(d_ij, K)} w_k^T emb(e_k)``,
+    ``emb`` a per-head embedding of each edge (mean over its feature columns) and ``w_k`` a
+    learned ``H x H`` matrix per hop, folded into the table of :meth:`hop_table`.
     ``simple``: only directly bonded pairs get their bond's embedding.
 
     Args:
@@ -98,10 +94,7 @@ class EdgePathEncoder(nn.Module):
         nn.init.normal_(self.hop_weight, std=0.02)
 
     def hop_table(self, edge_attr: Tensor) -> Tensor:
-        """Each (hop, edge)'s bias ``[K * E, H]``: row ``k * E + e`` is edge ``e`` at hop ``k``.
-
-        The per-hop matrices folded into the edge embeddings, so each hop of a path is one row.
-        """
+        """Each (hop, edge)'s bias ``[K * E, H]``: row ``k * E + e`` is edge ``e`` at hop ``k``."""
         edges = self.edge_embedding(edge_attr)  # [E, H]
         return torch.einsum("eh,khg->keg", edges, self.hop_weight).reshape(-1, edges.shape[1])
 
@@ -117,11 +110,7 @@ class EdgePathEncoder(nn.Module):
 
 
 def _sum_precision(table: Tensor) -> Tensor:
-    """``table`` in at least float32, for the sums over hops.
-
-    Under autocast the hop table comes out of ``einsum`` in bfloat16, and up to ``K`` hops are
-    summed from it.
-    """
+    """``table`` in at least float32 (autocast's ``einsum`` gives bfloat16), for the hop sums."""
     return table.to(torch.promote_types(table.dtype, torch.float32))
 
 
@@ -138,9 +127,8 @@ def padded_keys(node_mask: Tensor, dtype: torch.dtype) -> Tensor:
 class AttentionBias(nn.Module):
     """The full attention bias of a batch, computed once and shared by every layer.
 
-    Spatial bias plus edge bias on atom pairs, a learned per-head "virtual distance" on the graph
-    token's row and column, and ``-inf`` on padded keys. Padded query rows still see the graph
-    token, so no row is all ``-inf`` and softmax never yields NaN.
+    Spatial plus edge bias on atom pairs, a learned per-head virtual distance on the graph
+    token's row and column, ``-inf`` on padded keys (never a whole row: no NaN).
 
     Args:
         num_heads: ``H``.
@@ -191,8 +179,7 @@ class AttentionBias(nn.Module):
         n = batch.node_mask.shape[1]
         pair = self.pair_bias(batch)
         heads = pair.shape[1]
-        # Graph-token row and column get the virtual distance, padded keys -inf; then the pairs
-        # are written in. Built directly in [B, H, L, L] so no permuted copy is needed.
+        # built directly in [B, H, L, L]: no permuted copy
         token_edge = torch.zeros(n + 1, n + 1, dtype=pair.dtype, device=pair.device)
         token_edge[0] = token_edge[:, 0] = 1
         keys = padded_keys(batch.node_mask, pair.dtype)

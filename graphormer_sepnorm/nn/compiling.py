@@ -1,12 +1,9 @@
 """``torch.compile`` as this package calls it: a mode, plus an inductor workaround for Triton.
 
-Triton's code generation in torch 2.11 fails on Graphormer's training step with an
-``AssertionError`` in ``tiling_utils.get_pw_red_splits`` (pytorch/pytorch#197077), reached
-through the memory-coalescing analysis that picks a kernel's tiling; with that analysis off
-(``triton.coalesce_tiling_analysis``) the step compiles. The option is given per compiled
-function, so nothing else in the user's process changes, and it steers only Triton (GPU)
-kernels. A model compiled by hand compiles the same way with
-``model.compile(**compile_kwargs(mode))``.
+Triton's code generation in torch 2.11 fails on Graphormer's training step in
+``tiling_utils.get_pw_red_splits`` (pytorch/pytorch#197077) unless
+``triton.coalesce_tiling_analysis`` is off; the option is given per compiled function only. A
+model compiled by hand: ``model.compile(**compile_kwargs(mode))``.
 """
 
 from __future__ import annotations
@@ -25,9 +22,8 @@ INDUCTOR_WORKAROUNDS: dict[str, Any] = {"triton.coalesce_tiling_analysis": False
 def compile_kwargs(mode: str | None = None, **kwargs: Any) -> dict[str, Any]:
     """Keyword arguments for ``torch.compile`` or ``nn.Module.compile``: ``mode`` and workarounds.
 
-    ``torch.compile`` takes a ``mode`` or ``options``, not both; the mode's own options (e.g.
-    ``reduce-overhead``: ``{'triton.cudagraphs': True}``) are spelled out and the workarounds
-    added to them.
+    The mode's own options are spelled out, with the workarounds added (``torch.compile``
+    takes a ``mode`` or ``options``, not both).
 
     Args:
         mode: a ``torch.compile`` mode (``None``: ``'default'``).

@@ -17,9 +17,8 @@ NORM_SITES: tuple[NormSite, ...] = ("attn", "ffn", "final")
 class GraphormerConfig:
     """Every hyperparameter of :class:`~graphormer_sepnorm.nn.model.Graphormer`.
 
-    The defaults are Graphormer-slim (Ying et al., 2021): 12 layers of width 80, 8 heads, about
-    0.5 M parameters. The data's sizes (``atom_feature_dims``, ``edge_feature_dims``,
-    ``num_tasks``) are usually filled in from the datamodule by the Lightning module.
+    The defaults are Graphormer-slim (Ying et al., 2021), about 0.5 M parameters. The data's
+    sizes are usually filled in from the datamodule by the Lightning module.
 
     Attributes:
         atom_feature_dims: values per atom-feature column (ZINC: ``(28,)``; OGB: 9 columns).
@@ -44,12 +43,10 @@ class GraphormerConfig:
             ``'ffn'`` (before the feed-forward block), ``'final'``. Default: all three.
         sync_batch_norm: under DDP, the graph token's BatchNorm uses the global batch's
             statistics (as ``SyncBatchNorm``). Default: true.
-        mol_feature_dim: length of the molecule features the head reads beside the graph
-            token (``batch.mol_x``; ``graphormer_sepnorm.chem.mol_features``), usually filled in
-            from the featurizer. Default: 0 (none).
+        mol_feature_dim: length of the molecule features (``batch.mol_x``) the head reads
+            beside the graph token, usually filled in from the featurizer. Default: 0 (none).
         head_hidden_dim: 0 for Graphormer's linear head (default); else the width of a
-            one-hidden-layer MLP head (dropout, linear, ReLU, dropout, linear), which small
-            data with molecule features wants.
+            one-hidden-layer MLP head (dropout, linear, ReLU, dropout, linear).
         extra_feature_dim: the last columns of the molecule features that come from the
             user's table as they are (``feature_columns``); the model standardizes them with
             its ``feature_mean`` and ``feature_std`` buffers, set from the training split.

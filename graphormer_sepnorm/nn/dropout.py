@@ -10,10 +10,8 @@ from torch import Tensor, nn
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """``F.dropout(x, p, training)``; traced by ``torch.compile``, a ``rand_like`` mask.
 
-    Under ``vmap`` (packed replicas) ``F.dropout`` becomes ``bernoulli`` calls that inductor
-    leaves to an extern kernel writing a float32 mask; a mask from ``rand_like`` is drawn by
-    inductor's own generator inside the fused kernel. Same distribution: each element is kept
-    with probability ``1 - p`` and scaled by ``1 / (1 - p)``.
+    Same distribution; inductor draws a ``rand_like`` mask inside the fused kernel, where under
+    ``vmap`` ``F.dropout``'s ``bernoulli`` became an extern kernel writing a float32 mask.
 
     Examples:
         >>> x = torch.ones(1000)

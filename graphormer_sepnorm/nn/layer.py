@@ -11,9 +11,9 @@ from graphormer_sepnorm.nn.dropout import Dropout
 class GraphormerLayer(nn.Module):
     """``x + Attn(norm_attn(x))`` then ``x + FFN(norm_ffn(x))`` (pre-LN, as Graphormer v1).
 
-    The norms are built by the caller (a :class:`~graphormer_sepnorm.nn.sepnorm.SepNorm` or
-    :class:`~graphormer_sepnorm.nn.sepnorm.ShareNorm`); both take ``(x, node_mask)``. Dropout
-    applies to each block's output before the residual sum; linear layers take token rows.
+    The norms (a :class:`~graphormer_sepnorm.nn.sepnorm.SepNorm` or
+    :class:`~graphormer_sepnorm.nn.sepnorm.ShareNorm`) take ``(x, node_mask)``; dropout applies
+    to each block's output before the residual sum.
 
     Args:
         dim: model size ``D``.

@@ -26,22 +26,17 @@ class Graphormer(nn.Module):
     """Graphormer (Ying et al., 2021), pre-LN, with SepNorm on the graph token.
 
     Atoms are embedded (features + degree), a learned graph token is put at position 0, the layers
-    attend with a bias computed once per batch (spatial + edge + virtual distance), a final norm
-    follows, and a linear head reads the graph token out:
-    ``y = W norm_final(x_L)[:, 0] + b`` with ``x_{l+1} = layer_l(x_l, bias)``.
-
-    The graph token enters layer 0 as one learned vector, the same for every graph: there its
-    attention norm is a LayerNorm even when ``cls_norm='batch'``, since a BatchNorm over copies
-    of one vector has no variance to normalize (its running variance decays to 0 and evaluation
-    divides the running mean's lag by ``sqrt(eps)``).
+    attend with a bias computed once per batch, and a head reads the graph token out:
+    ``y = head(norm_final(x_L)[:, 0])`` with ``x_{l+1} = layer_l(x_l, bias)``. Layer 0's
+    attention norm of the graph token is a LayerNorm even when ``cls_norm='batch'``: it is one
+    learned vector for every graph, with no variance for a BatchNorm.
 
     Args:
         config: the hyperparameters (:class:`~graphormer_sepnorm.nn.config.GraphormerConfig`).
 
     Shapes:
-        a :class:`~graphormer_sepnorm.data.batch.GraphormerBatch` of ``B`` graphs padded to
-        ``N`` atoms (or the grid engine's :class:`~graphormer_sepnorm.data.batch.GridBatch`,
-        which has the same layout methods) -> ``[B, num_tasks]``.
+        a :class:`~graphormer_sepnorm.data.batch.GraphormerBatch` (or
+        :class:`~graphormer_sepnorm.data.batch.GridBatch`) of ``B`` graphs -> ``[B, num_tasks]``.
 
     Examples:
         >>> from torch_geometric.data import Data
@@ -102,12 +97,7 @@ class Graphormer(nn.Module):
         nn.init.normal_(self.graph_token, std=0.02)
 
     def embed_tokens(self, batch: GraphormerBatch) -> Tensor:
-        """The layers' input: graph token and atom embeddings, ``[B, 1 + N, D]``.
-
-        Before the input dropout. Padded positions hold what the batch's
-        :meth:`~graphormer_sepnorm.data.batch.GraphormerBatch.atom_grid` puts there: no real
-        token attends to them, so no output depends on them.
-        """
+        """The layers' input before dropout: graph token and atoms, ``[B, 1 + N, D]``."""
         atoms = self.atom_encoder(batch.x) + self.degree_encoder(batch.degree)
         grid = batch.atom_grid(atoms)
         return torch.cat([self.graph_token.expand(len(grid), 1, -1).to(atoms.dtype), grid],
@@ -120,11 +110,10 @@ class Graphormer(nn.Module):
         Args:
             batch: the collated graphs.
             need_weights: also return each layer's attention probabilities.
-            graph_token_only: skip the last layer's work on atoms, whose outputs reach nothing
-                but the atom embeddings themselves; tokens are then ``[B, 1, D]``.
+            graph_token_only: skip the last layer's work on atoms; tokens are then
+                ``[B, 1, D]``.
 
-        Without ``need_weights`` a device wing may run it (``fast_encode``, see
-        :func:`~graphormer_sepnorm.nn.backends.set_backend`).
+        Without ``need_weights`` a device wing's ``fast_encode`` may run it.
 
         Returns:
             The normalized tokens ``[B, 1 + N, D]`` (position 0 is the graph token) and, with

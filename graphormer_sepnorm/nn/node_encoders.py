@@ -12,9 +12,8 @@ from torch import Tensor, nn
 class FeatureEmbedding(nn.Module):
     """One embedding table per integer feature column, combined per row.
 
-    Column ``f`` takes values ``0 .. feature_dims[f] - 1``; all columns share one table with
-    per-column offsets, reduced with ``mode`` by one ``embedding_bag`` (gathers under ``vmap``:
-    ``gather_sums``, as ``embedding_bag`` has no batching rule; and when traced).
+    Column ``f`` takes values ``0 .. feature_dims[f] - 1``; one table with per-column offsets,
+    reduced by ``embedding_bag`` (by gathers with ``gather_sums``, for ``vmap``, or compiled).
 
     Args:
         feature_dims: number of values of each column, e.g. ``[28]`` for ZINC atom types or
@@ -68,8 +67,6 @@ class AtomEncoder(FeatureEmbedding):
 
 class DegreeEncoder(nn.Module):
     """Graphormer's centrality encoding: a learned embedding per node degree.
-
-    Molecules are undirected, so in-degree equals out-degree and one table serves both.
 
     Args:
         dim: output size ``D``.

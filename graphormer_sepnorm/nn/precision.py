@@ -1,13 +1,8 @@
 """Activations in the autocast dtype: under bf16-mixed the layers exchange bfloat16 tensors.
 
-Autocast casts a matrix product's inputs to bfloat16, but everything else keeps whatever
-dtype it gets: the embeddings (float32 parameters) made the residual stream float32, and on
-CUDA ``layer_norm`` is autocast to float32, so every norm read float32 and wrote float32 that
-the next product cast back to bfloat16. Here the tokens enter the layers in the autocast dtype
-(:func:`in_activation_dtype`) and :class:`LayerNorm` keeps its input's dtype (its statistics are
-float32 inside the kernel either way). SepNorm's graph-token BatchNorm still computes its
-statistics in float32 (:class:`~graphormer_sepnorm.nn.sepnorm.GraphTokenBatchNorm`), the edge
-encoder sums hops in float32, and the loss is taken in float32.
+Autocast leaves the residual stream float32 (float32 embeddings) and on CUDA runs
+``layer_norm`` in float32; here the tokens enter the layers in the autocast dtype and
+:class:`LayerNorm` keeps its input's (statistics are float32 inside the kernel either way).
 """
 
 from __future__ import annotations

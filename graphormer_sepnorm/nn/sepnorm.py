@@ -1,9 +1,7 @@
-"""SepNorm: the graph token ([CLS]) and the atom tokens get separate normalization layers.
+"""SepNorm (Chen et al., NeurIPS 2023): the graph token and the atoms get separate norms.
 
-From "On Separate Normalization in Self-supervised Transformers" (Chen et al., NeurIPS 2023):
-position 0 is normalized by its own layer (BatchNorm across the graphs of a batch by default),
-positions 1.. by a per-token LayerNorm. ShareNorm, the usual single LayerNorm for every position,
-is the baseline.
+By default a BatchNorm across the graphs of a batch for position 0, a per-token LayerNorm for
+the atoms. ShareNorm, one LayerNorm for every position, is the baseline.
 """
 
 from __future__ import annotations
@@ -11,21 +9,43 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphormer_sepnorm.nn.config import NormKind
-from graphormer_sepnorm.nn.distributed import global_batch_moments, is_distributed
 from graphormer_sepnorm.nn.precision import LayerNorm
 
 
-class _FloatStatistics(nn.BatchNorm1d):
-    """A BatchNorm whose statistics and affine parameters stay float32 in a half-precision model.
+def is_distributed() -> bool:
+    """True inside an initialized process group of more than one process."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
-    ``model.to(torch.bfloat16)`` (Lightning's ``bf16-true``) would otherwise store the running
-    statistics with 3 significant digits, and the float32 computation of :meth:`forward` would
-    meet bfloat16 parameters.
+
+def global_batch_moments(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean, biased variance and row count of ``x`` (``[B, D]``) over every process's rows.
+
+    Summed in float64 through a differentiable all-reduce, so gradients reach every process's
+    rows, as ``SyncBatchNorm``'s; ranks may hold different numbers of rows, including none.
+
+    Returns:
+        ``mean`` ``[D]`` and ``var`` ``[D]`` in ``x``'s dtype, and the total row count (float64
+        scalar tensor).
     """
+    from torch.distributed.nn.functional import all_reduce
+
+    x64 = x.double()
+    count = torch.full((1,), float(x.shape[0]), dtype=torch.float64, device=x.device)
+    sums = all_reduce(torch.cat([x64.sum(0), (x64 * x64).sum(0), count]))
+    dim = x.shape[1]
+    total = sums[-1]
+    mean = sums[:dim] / total.clamp(min=1)
+    var = (sums[dim:2 * dim] / total.clamp(min=1) - mean * mean).clamp(min=0)
+    return mean.to(x.dtype), var.to(x.dtype), total.detach()
+
+
+class _FloatStatistics(nn.BatchNorm1d):
+    """A BatchNorm whose statistics and affine parameters stay float32 in a half-precision model."""
 
     def _apply(self, fn: Any, recurse: bool = True) -> nn.Module:  # type: ignore[override]
         before = {name: t.dtype for name, t in [*self._parameters.items(),
@@ -42,20 +62,11 @@ class _FloatStatistics(nn.BatchNorm1d):
 class GraphTokenBatchNorm(_FloatStatistics):
     """``BatchNorm1d`` over the graph tokens of a batch, ``[B, D] -> [B, D]``.
 
-    Three departures from plain ``BatchNorm1d``:
-
-    - Under DDP (an initialized process group of several processes) the statistics are those of
-      the global batch, summed over processes, as ``SyncBatchNorm`` would give; ``sync=False``
-      keeps them per process.
-    - A training batch of a single graph (globally, under DDP) has no batch statistic (plain
-      BatchNorm raises). It is normalized with the running statistics instead, and they are left
-      untouched, exactly as in eval mode. Last, odd-sized batches of an epoch therefore train.
-    - Statistics are computed in float32 even under mixed precision (float64 stays float64),
-      then cast back; in a model converted to bfloat16 (``bf16-true``) the statistics and affine
-      parameters stay float32.
-
-    In eval mode the running statistics are used, so a graph's output never depends on the other
-    graphs of its batch.
+    Unlike plain ``BatchNorm1d``: under DDP the statistics are the global batch's (as
+    ``SyncBatchNorm``'s) unless ``sync=False``; a training batch of one graph (globally) is
+    normalized with the running statistics and leaves them untouched, as in eval mode; the
+    statistics are computed in float32 under mixed precision (float64 stays float64) and stay
+    float32 in a ``bf16-true`` model. In eval mode a graph's output never depends on its batch.
 
     Args:
         num_features: ``D``.
@@ -64,9 +75,7 @@ class GraphTokenBatchNorm(_FloatStatistics):
         sync: synchronize statistics across DDP processes. Default: true.
 
     ``tracks_in_training`` (default true): whether training batches update the running
-    statistics. The callback that re-estimates them before every validation turns it off for
-    its fit (``training.batch_statistics``; a compiled step's launch per norm saved). The
-    statistics pass always updates them.
+    statistics (``training.batch_statistics`` turns it off while it re-estimates them).
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
@@ -96,11 +105,7 @@ class GraphTokenBatchNorm(_FloatStatistics):
         return self.training and self.sync and is_distributed()
 
     def uses_batch_statistics(self, graphs: int) -> bool:
-        """Whether ``graphs`` graph tokens are normalized with their own statistics.
-
-        Training on more than one graph (in one process) uses and updates batch statistics;
-        otherwise the running ones are used and left unchanged.
-        """
+        """Whether ``graphs`` graph tokens (in one process) are normalized with their own."""
         return self.training and graphs > 1
 
     def _running_norm(self, x: Tensor) -> Tensor:

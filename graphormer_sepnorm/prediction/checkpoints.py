@@ -29,8 +29,12 @@ from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.training.module import GraphormerModule
 
 
-def _read(path: Path, map_location: Any) -> dict[str, Any]:
-    """:func:`~graphormer_sepnorm.checkpoints.read_checkpoint`, with a model in it."""
+def read_model(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """:func:`~graphormer_sepnorm.checkpoints.read_checkpoint`, with a model in it.
+
+    Raises:
+        CheckpointError: as the reader, or no ``state_dict`` and ``hyper_parameters``.
+    """
     payload = read_checkpoint(path, map_location)
     if not {"state_dict", "hyper_parameters"} <= set(payload):
         raise CheckpointError(f"{path} is not a Graphormer checkpoint: expected a dict with "
@@ -38,36 +42,75 @@ def _read(path: Path, map_location: Any) -> dict[str, Any]:
     return payload
 
 
-def module_from_payload(payload: dict[str, Any], source: str = "checkpoint") -> GraphormerModule:
+def module_from_payload(payload: dict[str, Any], source: str = "checkpoint",
+                        state_dict: dict[str, Any] | None = None) -> GraphormerModule:
     """Builds ``GraphormerModule(**hyper_parameters)``, loads the weights, eval mode.
 
     The payload is of the current format (:func:`~graphormer_sepnorm.checkpoints.read_checkpoint`
-    checks it). Lightning's private keys
-    (``_instantiator``, ``_class_path``, any ``_``-prefixed one) are dropped, and so is the
-    backend the model was trained with: the module runs with ``backend='auto'``, the choice for
-    the machine it is loaded on.
+    checks it). Lightning's private keys (any ``_``-prefixed one) are dropped, and so are the
+    backend the model was trained with (the module runs with ``backend='auto'``, the choice
+    for the machine it is loaded on) and a packed fit's ``seeds``.
+
+    Args:
+        payload: the checkpoint.
+        source: its name in messages.
+        state_dict: the weights, if not the payload's own (a packed fit's replica).
 
     Raises:
-        CheckpointError: Hyper-parameters or weights that do not fit this code, or a packed
-            fit's checkpoint (several models).
+        CheckpointError: Hyper-parameters or weights that do not fit this code.
     """
     hparams = {k: v for k, v in dict(payload["hyper_parameters"]).items()
-               if not str(k).startswith("_") and k != "backend"}
-    if hparams.get("seeds"):
-        raise CheckpointError(f"{source} is a packed fit's checkpoint: it holds one model per "
-                              f"seed {hparams['seeds']}. Predict with one replica's: the fit's "
-                              "replicas/seed<s>.ckpt")
+               if not str(k).startswith("_") and k not in ("backend", "seeds")}
     info = hparams.get("dataset_info")
     if not isinstance(info, dict) or "featurizer" not in info:
         raise CheckpointError(f"{source} has no featurizer in hyper_parameters['dataset_info']; "
                               "it cannot be used on SMILES")
     try:
         module = GraphormerModule(**hparams)
-        module.load_state_dict(payload["state_dict"])
+        module.load_state_dict(payload["state_dict"] if state_dict is None else state_dict)
     except (TypeError, ValueError, RuntimeError, KeyError) as e:
         raise CheckpointError(f"{source} does not fit this version of graphormer-sepnorm: "
                               f"{e}") from None
     return module.eval()
+
+
+def members_of_payload(payload: dict[str, Any], source: str
+                       ) -> list[tuple[GraphormerModule, BlendedModel | None, str]]:
+    """A checkpoint's models: its network and GP blend, or a packed fit's replicas.
+
+    A packed fit's ``state_dict`` holds each weight stacked ``[R, ...]`` under its name with
+    ``__`` for ``.``; replica ``r`` is the ``r``-th slice (packed fits have no GP).
+
+    Returns:
+        ``(module, blend or None, name)`` per model.
+
+    Raises:
+        CheckpointError: as :func:`module_from_payload`, or a blend this code cannot read.
+    """
+    seeds = payload["hyper_parameters"].get("seeds")
+    if not seeds:
+        module = module_from_payload(payload, source)
+        return [(module, _blend(payload, module, source), source)]
+    state = payload["state_dict"]
+    out = []
+    for index, seed in enumerate(seeds):
+        own = {(f"model.{k.removeprefix('model.').replace('__', '.')}"
+                if k.startswith("model.") else k): (v[index] if k.startswith("model.") else v)
+               for k, v in state.items()}
+        name = f"{source}[seed {seed}]"
+        out.append((module_from_payload(payload, name, own), None, name))
+    return out
+
+
+def _blend(payload: dict[str, Any], module: GraphormerModule, source: str
+           ) -> BlendedModel | None:
+    entry = payload.get("ensemble")
+    if entry is None:
+        return None
+    try:
+        return BlendedModel.from_checkpoint(entry, network=module).eval()
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise CheckpointError(f"{source}: its ensemble entry cannot be read: {e}") from None
 
 
 def load_checkpoint(path_or_name: str | Path = DEFAULT_CHECKPOINT,
@@ -100,16 +143,14 @@ def load_with_blend(path_or_name: str | Path = DEFAULT_CHECKPOINT,
         CheckpointError: as :func:`load_checkpoint`, or a blend this code cannot read.
     """
     path = resolve_checkpoint(path_or_name)
-    payload = _read(path, map_location)
-    module = module_from_payload(payload, str(path)).to(map_location)
-    entry = payload.get("ensemble")
-    if entry is None:
-        return module, None
-    try:
-        blend = BlendedModel.from_checkpoint(entry, network=module)
-    except (ValueError, KeyError, RuntimeError) as e:
-        raise CheckpointError(f"{path}: its ensemble entry cannot be read: {e}") from None
-    return module, blend.to(map_location).eval()
+    payload = read_model(path, map_location)
+    if payload["hyper_parameters"].get("seeds"):
+        raise CheckpointError(f"{path} is a packed fit's checkpoint: it holds one model per seed "
+                              f"{payload['hyper_parameters']['seeds']}. Predict with all of "
+                              "them as an ensemble (graphormer-sepnorm-predict --checkpoint, "
+                              "predict_smiles), or with one replica's replicas/seed<s>.ckpt")
+    module, blend, _ = members_of_payload(payload, str(path))[0]
+    return module.to(map_location), None if blend is None else blend.to(map_location)
 
 
 def export_checkpoint(source: str | Path, destination: str | Path,
@@ -130,7 +171,7 @@ def export_checkpoint(source: str | Path, destination: str | Path,
     Returns:
         ``destination`` as a path.
     """
-    payload = _read(Path(source), "cpu")
+    payload = read_model(Path(source), "cpu")
     module_from_payload(payload, str(source))  # refuse what prediction could not load
     slim = {FORMAT_KEY: FORMAT_VERSION, "state_dict": payload["state_dict"],
             "hyper_parameters": {k: v for k, v in dict(payload["hyper_parameters"]).items()

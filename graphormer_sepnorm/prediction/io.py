@@ -77,7 +77,10 @@ def read_smi_chunks(path: Path, chunk_size: int) -> Iterator[pd.DataFrame]:
             if not lines:
                 return
             rows = _smi_rows([line.rstrip("\r\n") for line in lines], index == 0)
-            yield pd.DataFrame(rows, columns=["smiles", "name"], dtype=object)
+            frame = pd.DataFrame(rows, columns=["smiles", "name"], dtype=object)
+            # the file line of the chunk's first row (a header line is not a row)
+            frame.attrs["first_line"] = index * chunk_size + 1 + len(lines) - len(rows)
+            yield frame
 
 
 def find_smiles_column(columns: list[str], wanted: str) -> str:
@@ -96,11 +99,19 @@ def find_smiles_column(columns: list[str], wanted: str) -> str:
 
 
 def read_table_chunks(path: Path, sep: str, chunk_size: int) -> Iterator[pd.DataFrame]:
-    """Chunks of a CSV/TSV file, every cell as text (empty cells stay ``''``)."""
+    """Chunks of a CSV/TSV file, every cell as text (empty cells stay ``''``).
+
+    Each chunk's ``attrs['first_line']`` is its first row's line in the file (the header is
+    line 1; rows are taken one a line).
+    """
+    line = 2
     try:
-        yield from pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False,
-                               na_filter=False, chunksize=chunk_size, compression="infer",
-                               encoding="utf-8", encoding_errors="replace")
+        for frame in pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False,
+                                 na_filter=False, chunksize=chunk_size, compression="infer",
+                                 encoding="utf-8", encoding_errors="replace"):
+            frame.attrs["first_line"] = line
+            line += len(frame)
+            yield frame
     except pd.errors.EmptyDataError:
         raise InputError(f"{path} is empty: a CSV/TSV input needs a header line") from None
     except pd.errors.ParserError as e:

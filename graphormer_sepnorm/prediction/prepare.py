@@ -97,8 +97,25 @@ def collate_sorted(graphs: Sequence[Any], errors: list[str], collator: Graphorme
 
 def prepare_chunk(smiles: Sequence[Any], featurizer: Featurizer, collator: GraphormerCollator,
                   batch_size: int) -> PreparedChunk:
-    """Featurizes ``smiles`` (bad rows flagged, never raised) and collates them."""
+    """Featurizes ``smiles`` (bad rows flagged, never raised) and collates them.
+
+    A row may be ``(smiles, descriptors)``: the table's own descriptor values (a float array;
+    NaN where a cell is not a finite number, which flags the row), appended to the molecule
+    features.
+    """
+    own = [row[1] if isinstance(row, tuple) else None for row in smiles]
+    smiles = [row[0] if isinstance(row, tuple) else row for row in smiles]
     arrays, errors = featurize_many(smiles, featurizer, as_arrays=True)
+    for i, values in enumerate(own):
+        if values is None or arrays[i] is None:
+            continue
+        if not np.isfinite(values).all():
+            arrays[i], errors[i] = None, "a descriptor column's value is empty or not a number"
+        else:
+            extra = np.asarray(values, dtype=np.float32)
+            mol_x = arrays[i].mol_x
+            arrays[i] = arrays[i]._replace(
+                mol_x=extra if mol_x is None else np.concatenate([mol_x, extra]))
     good = [a for a in arrays if a is not None]
     spds = iter(batched_shortest_paths([a.edge_index for a in good], [len(a.x) for a in good]))
     t = torch.from_numpy

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,9 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from graphormer_sepnorm.prediction.checkpoints import DEFAULT_CHECKPOINT, load_with_blend
+from graphormer_sepnorm.prediction.checkpoints import DEFAULT_CHECKPOINT
 from graphormer_sepnorm.prediction.engine import ChunkResult, Predictor, default_num_workers
+from graphormer_sepnorm.prediction.ensembles import predictor_models
 from graphormer_sepnorm.prediction.io import (
     EmbeddingWriter,
     InputError,
@@ -114,7 +116,8 @@ def _first_error(result: ChunkResult) -> int | None:
     return next((i for i, e in enumerate(result.errors) if e), None)
 
 
-def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEFAULT_CHECKPOINT,
+def predict_file(source: Path, output: Path | None = None,
+                 checkpoint: str | Sequence[str] = DEFAULT_CHECKPOINT,
                  smiles_column: str = "smiles", batch_size: int = 256,
                  device: torch.device | str = "cpu", overwrite: bool = False,
                  strict: bool = False, embeddings: Path | None = None,
@@ -125,7 +128,8 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
     Args:
         source: ``.csv``/``.tsv``/``.smi``/``.txt``, optionally ``.gz``.
         output: Output CSV; default ``<input stem>_preds.csv`` next to the input.
-        checkpoint: Checkpoint file or bundled model name.
+        checkpoint: Checkpoint file or bundled model name, or several: an ensemble
+            (:mod:`~graphormer_sepnorm.prediction.ensembles`).
         smiles_column: SMILES column of a CSV/TSV input.
         batch_size: Molecules per model batch.
         device: Where the model runs.
@@ -149,14 +153,18 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
     started = time.perf_counter()
     output = output or default_output(source)
     _check_output(output, embeddings, overwrite, source)
-    module, blend = load_with_blend(checkpoint, map_location="cpu")
+    models, blend, calibration, note = predictor_models(checkpoint)
+    if note:
+        print(f"graphormer-sepnorm-predict: {note}", file=sys.stderr)
+    info = (models[0].module if isinstance(models, list) else models).dataset_info
     column, chunks = read_chunks(source, smiles_column, chunk_size)
-    workers = (default_num_workers(module.dataset_info.get("featurizer"))
+    workers = (default_num_workers(info.get("featurizer"))
                if num_workers is None else num_workers)
     _share_cores(torch.device(device), workers)
     summary = Summary(output=output, workers=workers)
     show = sys.stderr.isatty() if progress is None else progress
-    with Predictor(module, batch_size, device, workers, blend=blend) as predictor, \
+    with Predictor(models, batch_size, device, workers, blend=blend,
+                   calibration=calibration) as predictor, \
             ExitStack() as stack:
         # entered last, left first: on any exception the writers remove their temporary files
         table = stack.enter_context(TableWriter(output, overwrite))
@@ -165,7 +173,7 @@ def predict_file(source: Path, output: Path | None = None, checkpoint: str = DEF
         bar = stack.enter_context(tqdm(unit="mol", file=sys.stderr, dynamic_ncols=True,
                                        disable=not show))
         try:
-            stream = predictor.predict_stream(chunks, lambda c: c[column].tolist(),
+            stream = predictor.predict_stream(chunks, lambda c: predictor.rows_of(c, column),
                                               return_embeddings=vectors is not None)
             for chunk, result in stream:
                 _write_chunk(chunk, result, column, predictor.columns, strict, table, vectors,
@@ -191,7 +199,8 @@ def _write_chunk(chunk: pd.DataFrame, result: ChunkResult, column: str, columns:
     """
     stop = _first_error(result) if strict else None
     if stop is not None:
-        raise StrictError(f"row {summary.rows + stop + 1}: {result.errors[stop]} "
+        line = chunk.attrs.get("first_line", summary.rows + 1) + stop
+        raise StrictError(f"line {line}: {result.errors[stop]} "
                           f"(SMILES {chunk[column].iloc[stop]!r}); stopped (--strict), "
                           "no output written")
     table.write(_result_frame(chunk, columns, result))

@@ -2,8 +2,8 @@
 
 from graphormer_sepnorm.training.factory import graphormer_module, load_module
 from graphormer_sepnorm.training.module import GraphormerModule
+from graphormer_sepnorm.training.optimization import warmup_polynomial_decay
 from graphormer_sepnorm.training.packed_module import PackedGraphormerModule
-from graphormer_sepnorm.training.schedule import warmup_polynomial_decay
 from graphormer_sepnorm.training.tasks import BinaryTask, RegressionTask, Task, make_task
 
 __all__ = [

@@ -1,16 +1,9 @@
 """Population statistics for SepNorm's graph-token BatchNorm, re-estimated without dropout.
 
-In training, each graph-token BatchNorm keeps an exponential average (momentum 0.1) of the batch
-statistics it normalizes with. Those batches pass through dropout, which changes the variance of
-what reaches the norm; evaluation has no dropout, so it meets another distribution than the one
-its statistics describe (the "variance shift" of dropout before BatchNorm, Li et al., CVPR
-2019), and the average follows only the last few dozen batches. Re-estimated over the training
-graphs with the rest of the model in eval mode, the statistics lowered the test MAE of every
-fine-tuned checkpoint we measured, by 0.1% to 11% (``benchmarks/bn_statistics.py``). Only the
-running statistics change: no weight, and training itself (which normalizes with batch
-statistics) is unaffected.
-
-Also here: the refusal of size-grouped training batches for a model with such a BatchNorm.
+Training's running averages follow the last batches, seen through dropout, which evaluation does
+not apply (the "variance shift", Li et al., CVPR 2019); re-estimated over training graphs in
+eval mode they lowered every measured checkpoint's test MAE (``docs/results/training_fixes.md``).
+Only the running statistics change. Also here: the refusal of size-grouped training batches.
 """
 
 from __future__ import annotations
@@ -34,14 +27,10 @@ def reestimate_graph_token_statistics(model: Graphormer | PackedReplicas,
                                       max_graphs: int | None = None) -> int:
     """Sets every graph-token BatchNorm's running statistics to the mean over ``batches``.
 
-    As ``torch.optim.swa_utils.update_bn`` does: the statistics are reset, the norms normalize
-    with batch statistics and average them cumulatively (momentum ``None``, the count kept on
-    the device: no host synchronization) while the rest of the model runs in eval mode (no
-    dropout), on the model's own backend (the CPU backend normalizes through the norm modules
-    themselves when their momentum is ``None``; it halves the pass's time against the
-    reference, measured on a small set). Under DDP each batch's statistics are the global
-    batch's, as in training. Packed replicas are re-estimated together, each on every batch,
-    through the same model that trains them, eagerly (each batch shape would compile anew).
+    As ``torch.optim.swa_utils.update_bn``: the statistics are reset and averaged cumulatively
+    (momentum ``None``) while the rest of the model runs in eval mode, eagerly, on its own
+    backend. Under DDP each batch's statistics are the global batch's; packed replicas are
+    re-estimated together, each on every batch.
 
     Args:
         model: the model or packed replicas; batches are moved to its device.
@@ -98,16 +87,11 @@ def _reset_statistics(model: Graphormer | PackedReplicas, names: list[str]) -> N
 class ReestimateGraphTokenStatistics(Callback):
     """Before each validation, re-estimates the graph-token BatchNorm statistics.
 
-    Over up to ``max_graphs`` training graphs (see the module docstring), so the model that is
-    validated, selected and saved as the best checkpoint evaluates with them. Costs one
-    forward pass over those graphs per validation (about a third of a training epoch's compute
-    when they are the whole split). Packed replicas are re-estimated together, on the same
-    batches. Does nothing for models without the BatchNorm (ShareNorm).
-
-    Since what training batches would write into those statistics is reset unread, the norms
-    leave them alone for the fit (:attr:`GraphTokenBatchNorm.tracks_in_training
-    <graphormer_sepnorm.nn.sepnorm.GraphTokenBatchNorm>`): one kernel a norm less in a compiled
-    step. A datamodule without a ``statistics_dataloader`` gets neither.
+    Over up to ``max_graphs`` training graphs from the datamodule's ``statistics_dataloader``
+    (one forward pass over them per validation), so the model validated and saved evaluates
+    with them; training batches then leave the statistics alone
+    (:class:`~graphormer_sepnorm.nn.sepnorm.GraphTokenBatchNorm`'s ``tracks_in_training``).
+    Nothing for models without the BatchNorm, or datamodules without that loader.
 
     Args:
         max_graphs: training graphs per estimate (per process); ``None``: the module's
@@ -157,11 +141,7 @@ def _set_tracking(pl_module: LightningModule, tracks: bool) -> None:
 
 
 def refuse_size_grouped_batch_norm(model: nn.Module, datamodule: Any) -> None:
-    """Raises when a model with batch statistics would train on size-grouped batches.
-
-    A batch of molecules of one size has a mean that size explains: a BatchNorm over it (SepNorm's
-    graph token) removes exactly that in training and meets other statistics in evaluation.
-    """
+    """Raises when a model with batch statistics would train on size-grouped batches."""
     if getattr(datamodule, "train_batches", "random") != "size_grouped":
         return
     modules = model.skeleton if isinstance(model, PackedReplicas) else model

@@ -1,10 +1,4 @@
-"""The training module a configuration asks for: one model, or packed replicas.
-
-``graphormer_module(**arguments)`` is what the CLI builds its ``model`` from (LightningCLI takes
-a function that returns a module; jsonargparse reads :class:`GraphormerModule`'s arguments
-through it, so ``--help`` and ``--print_config`` show them), and ``load_module(path)`` reads a
-checkpoint of either kind. The packed module is the same arguments with ``seeds`` given.
-"""
+"""The CLI's ``model``: a :class:`GraphormerModule`, or packed replicas when ``seeds`` are given."""
 
 # No ``from __future__ import annotations``: Lightning reads the factory's return annotation
 # as a class to find its module type.

@@ -1,11 +1,7 @@
 """``graphormer-sepnorm test --ckpt_path X`` with no config: the data settings come from X.
 
-A checkpoint holds the datamodule's settings as plain values (``datamodule_hyper_parameters``,
-with its ``_class_path``) beside the model's. When ``validate``, ``test`` or ``predict`` is given
-a checkpoint file and no ``--data``, :func:`with_checkpoint_data` puts ``--data <those
-settings>`` first on the command line, so that a ``--config`` and options after it
-(``--data.path other.csv``) still override them; Lightning itself fills the model's arguments
-from the checkpoint.
+:func:`with_checkpoint_data` puts ``--data <X's datamodule_hyper_parameters>`` first on the
+command line, so that a ``--config`` and options after it still override them.
 """
 
 from __future__ import annotations

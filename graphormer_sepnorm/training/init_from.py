@@ -1,11 +1,7 @@
 """Starting a model from another checkpoint's weights (``--model.init_from PATH``).
 
-Fine-tuning a pretrained model: the weights of every parameter and buffer whose name and shape
-match are copied; the rest keep their fresh initialization. What may differ between the two
-models: ``num_tasks``, ``mol_feature_dim`` and ``head_hidden_dim`` (a head of another shape
-starts afresh), the feature dims (encoders of other vocabularies start afresh), the dropouts and
-``sync_batch_norm``. Any other difference in the config (layers, width, heads, norms, ...) is an
-error, since then the weights would not mean what they meant.
+Every parameter and buffer whose name and shape match is copied; the rest start afresh. Only
+the :data:`FREE_FIELDS` of the configs may differ.
 
 Examples:
     >>> from graphormer_sepnorm.nn.config import GraphormerConfig

@@ -1,18 +1,11 @@
 """Several replicas of one model trained as one: stacked parameters, one ``vmap``.
 
-Graphormer-slim is small enough that one replica leaves a GPU mostly waiting on kernel
-launches. :class:`PackedReplicas` stacks ``R`` models of one architecture (seeds of one recipe)
-along a new leading dimension and runs them with ``torch.func.vmap`` over it: every kernel then
-does ``R`` replicas' work. Each replica keeps its own parameters, BatchNorm statistics, dropout
-draws and batches; AdamW is elementwise, so one AdamW over the stacked parameters steps each
-replica exactly as its own AdamW would, :func:`clip_grad_norm_per_replica` clips each
-replica's gradient by its own norm, as ``clip_grad_norm_`` would in a single run, and
-:func:`exempt_untrained` keeps AdamW's weight decay off what a single run would not decay.
-
-All parameters live in one ``[R, N]`` tensor, ``PackedReplicas.flat``, split into the
-model's tensors at each forward: the gradient is then one ``[R, N]`` tensor too, so clipping
-is one reduction and ``torch.optim.AdamW(fused=True)`` one pass for all replicas and
-parameters. ``state_dict`` keeps one stacked entry per parameter, as before.
+:class:`PackedReplicas` runs ``R`` models of one config (seeds of one recipe) under
+``torch.func.vmap``, so every kernel does ``R`` replicas' work; each keeps its own parameters,
+BatchNorm statistics, dropout draws and batches. All parameters live in one ``[R, N]`` tensor
+(``flat``): one AdamW steps each replica as its own would, with
+:func:`clip_grad_norm_per_replica` and :func:`exempt_untrained` doing what a single run's
+clipping and AdamW do. ``state_dict`` keeps one stacked entry per parameter.
 """
 
 from __future__ import annotations
@@ -104,12 +97,10 @@ class PackedReplicas(nn.Module):
         return self
 
     def follow_mode(self) -> None:
-        """Puts the skeleton in this module's mode (train or eval) where it is not.
+        """Puts the skeleton in this module's mode where it is not.
 
-        Lightning restores modes after a validation by setting each registered module's
-        ``training`` flag, not through :meth:`train`; the skeleton is not registered, so it
-        stayed in eval mode and packed replicas trained without dropout, their BatchNorms on
-        running statistics. The packed module calls this before each training step.
+        Lightning restores modes by setting registered modules' ``training`` flags, and the
+        skeleton is not registered: the packed module calls this before each training step.
         """
         if self._skeleton[0].training != self.training:
             self._skeleton[0].train(self.training)
@@ -141,10 +132,8 @@ class PackedReplicas(nn.Module):
     def _forward_parameters(self) -> dict[str, Tensor]:
         """The parameters the replicas compute with: under autocast, in its dtype.
 
-        Under ``vmap`` a linear layer is a product and a bias addition, and autocast reaches
-        only the product: a float32 bias made every layer's output float32. So the parameters
-        are cast once, as one block of ``flat``, except those of the norms that compute
-        their statistics in float32 (the graph token's BatchNorm), which come last.
+        Cast once, as one block of ``flat`` (under ``vmap`` autocast misses a linear layer's
+        bias), except the BatchNorms' float32 parameters, which come last.
         """
         device = self.flat.device.type
         if not torch.is_autocast_enabled(device):
@@ -156,10 +145,7 @@ class PackedReplicas(nn.Module):
                 **_views(high, self.names[count:], self.shapes[count:], self.sizes[count:])}
 
     def parameter_views(self) -> dict[str, Tensor]:
-        """Each parameter as a ``[R, ...]`` view of ``flat``.
-
-        One ``split``, whose gradient is one ``cat`` into ``flat.grad``.
-        """
+        """Each parameter as a ``[R, ...]`` view of ``flat``."""
         return _views(self.flat, self.names, self.shapes, self.sizes)
 
     def _buffers_of(self, names: list[str]) -> dict[str, Tensor]:
@@ -224,10 +210,7 @@ def _views(flat: Tensor, names: list[str], shapes: list[torch.Size],
 def _trained_mask(model: Graphormer, names: list[str], sizes: list[int]) -> Tensor:
     """``[N]``: 1 for the elements of ``flat`` that ``forward`` trains.
 
-    A single run's AdamW skips a parameter without gradient (the last layer's atom norms:
-    ``forward`` reads the graph token only), weight decay included. Packed, such a parameter
-    gets a zero gradient in ``flat.grad``: this mask keeps it from decaying too. Found by one
-    forward and backward of a copy of ``model`` on two two-atom graphs.
+    Found by one forward and backward of a copy of ``model`` on two two-atom graphs.
     """
     config = model.config
     edge = torch.zeros(2, len(config.edge_feature_dims), dtype=torch.long)
@@ -273,15 +256,11 @@ def exempt_untrained(optimizer: torch.optim.Optimizer, packed: PackedReplicas) -
     """Makes ``optimizer``'s steps leave the elements of ``packed.flat`` forward never trains.
 
     A single run's AdamW skips a parameter without gradient, weight decay included (the last
-    layer's atom norms: ``PackedReplicas.trained`` is 0 there). Packed, such an element has a
-    zero gradient in ``flat.grad``, so AdamW's update leaves it and only weight decay would move
-    it: hooks on the optimizer keep the ``[R, n]`` untrained elements before each step and put
-    them back after it. The optimizer's own update stays one pass (its fused kernel); the
-    hooks add two gathers of ``n`` columns (``n`` = 320 of 484,009 for Graphormer-slim).
+    layer's atom norms); packed, weight decay would move them. Hooks keep those elements before
+    each step and put them back after it.
 
     Args:
-        optimizer: steps ``packed.flat`` (Lightning calls its ``step`` with the training
-            closure inside: the elements are kept before the forward, put back after the update).
+        optimizer: steps ``packed.flat``.
         packed: the replicas; ``trained`` on ``flat``'s device.
     """
     untrained = (packed.trained == 0).nonzero().flatten()

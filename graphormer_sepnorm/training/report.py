@@ -1,11 +1,4 @@
-"""What a fit tells its user: one line per epoch where there is no progress bar, and a summary.
-
-Without a terminal (CI, SLURM, ``> fit.log``) the CLI turns the progress bar off and
-:class:`FitLog` prints one line per epoch with the epoch's metrics instead of carriage-return
-redraws. :func:`fit_summary` is the block printed when ``fit`` ends: the best checkpoint with its
-step and validation metrics, ``last.ckpt``, the run folder, the wall time and the best
-checkpoint's test metrics.
-"""
+"""What a fit tells its user: one line per epoch where there is no progress bar, and a summary."""
 
 from __future__ import annotations
 
@@ -45,10 +38,8 @@ def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
 class FitLog(Callback):
     """One line per training epoch on stdout when there is no progress bar; metrics in checkpoints.
 
-    Every checkpoint gets ``checkpoint['metrics']``: the metrics logged so far (plain floats), so
-    that the best checkpoint's validation metrics can be read back from it, and
-    ``checkpoint['fit_seconds']``: the wall time of the fit so far, the earlier calls of a
-    resumed fit included.
+    Every checkpoint gets ``checkpoint['metrics']`` (the metrics logged so far, plain floats) and
+    ``checkpoint['fit_seconds']`` (the fit's wall time, a resumed fit's earlier calls included).
     """
 
     def __init__(self) -> None:
@@ -108,10 +99,7 @@ def _run_folder(trainer: Trainer) -> str:
 
 
 def last_checkpoint(trainer: Trainer) -> str | None:
-    """The newest ``last*.ckpt`` in the folders of the fit's checkpoint callbacks, if any.
-
-    The configs write ``last.ckpt`` through callbacks of their own, not ``save_last``.
-    """
+    """The newest ``last*.ckpt`` in the folders of the fit's checkpoint callbacks, if any."""
     folders = {c.dirpath for c in trainer.checkpoint_callbacks if getattr(c, "dirpath", None)}
     found = newest(p for folder in folders for p in Path(folder).glob("last*.ckpt"))
     return None if found is None else str(found)
@@ -137,7 +125,7 @@ def _checkpoint_lines(trainer: Trainer) -> list[str]:
 
 def fit_summary(trainer: Trainer, seconds: float, interrupted: bool = False,
                 test: Mapping[str, Any] | str | None = None) -> str:
-    """The block printed when ``fit`` ends (on process 0 alone: no collective calls here).
+    """The block printed when ``fit`` ends: how, checkpoints with metrics, the best one's test.
 
     Args:
         trainer: The trainer after ``fit``.

@@ -19,13 +19,9 @@ from graphormer_sepnorm.checkpoints import read_checkpoint
 class StepSeeding(Callback):
     """Seeds the random generators from (seed, batch count, rank) before every training batch.
 
-    Lightning restores weights, optimizer, scheduler and loop counters from a checkpoint, but not
-    the generators, and even restored generators would not line up: a resumed run draws for its
-    sanity check and creates its data iterator at other moments than an uninterrupted run. As in
-    fairseq (seed + update number), dropout masks here depend only on where the run is, so a run
-    resumed from ``last.ckpt`` draws exactly what the uninterrupted run would have drawn, under
-    DDP too (each process gets its own stream). Torch (CPU and CUDA), NumPy and Python's
-    ``random`` are seeded.
+    As in fairseq (seed + update number), dropout masks then depend only on where the run is, so
+    a run resumed from ``last.ckpt`` draws what the uninterrupted run would have drawn (restored
+    generators would not: a resumed run draws at other moments). Torch, NumPy and ``random``.
 
     Args:
         seed: base seed; ``None`` takes ``seed_everything``'s (``$PL_GLOBAL_SEED``), else a
@@ -62,11 +58,9 @@ class StepSeeding(Callback):
 class TimeLimitPerCall(Callback):
     """Makes ``Trainer(max_time=...)`` limit each call of a fit, not its total over resumes.
 
-    Lightning's Timer saves the training time spent into checkpoints and counts on from it when
-    a fit resumes, so a fit stopped by ``--trainer.max_time`` and resumed with the same command
-    and ``--ckpt_path last`` stops again before its first step (``tests/test_time_limit.py``).
-    Here the Timer's saved time is left unread: each call trains for up to ``max_time``, as a
-    scheduler's job with a wall-clock limit needs.
+    Lightning's Timer counts on from the time saved in a checkpoint, so a fit stopped by
+    ``max_time`` and resumed with ``--ckpt_path last`` stopped again at once; here each call
+    trains for up to ``max_time``, as a scheduler's job with a wall-clock limit needs.
     """
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
@@ -80,12 +74,8 @@ class TimeLimitPerCall(Callback):
 class LastAtEnd(Callback):
     """Writes ``last.ckpt`` when a fit ends after the last one a checkpoint callback wrote.
 
-    The configs write ``last.ckpt`` after each validation and every few minutes (two
-    ``ModelCheckpoint`` callbacks), so a fit whose last steps follow its last validation ended
-    with an older ``last.ckpt``, or none (a 2-step MolHIV fit, validated once an epoch). Here the
-    final weights are saved there too, into the first checkpoint callback's folder. Not after
-    ``max_time``: that stop's validation saved it, mid-epoch, resumable; now the epoch would be
-    marked done.
+    Into the first checkpoint callback's folder, so that steps after the last validation are
+    not lost. Not after ``max_time`` (that stop saved a resumable mid-epoch ``last.ckpt``).
     """
 
     def __init__(self) -> None:
@@ -107,11 +97,7 @@ class LastAtEnd(Callback):
 
 
 def stopped_by_time(trainer: pl.Trainer) -> bool:
-    """Whether ``max_time`` ended the fit before its steps or epochs did.
-
-    Such a fit continues with ``--ckpt_path last``; ``max_time`` is Lightning's
-    :class:`~lightning.pytorch.callbacks.Timer`.
-    """
+    """Whether ``max_time`` (Lightning's ``Timer``) ended the fit before its steps or epochs did."""
     timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)
     left = None if timer is None else timer.time_remaining()
     if left is None or left > 0:
@@ -126,10 +112,7 @@ def stopped_by_time(trainer: pl.Trainer) -> bool:
 
 
 def find_last_checkpoint(root: str | Path) -> Path | None:
-    """The most recently written ``last*.ckpt`` in ``root/*/checkpoints``, or ``None``.
-
-    ``root`` is a logger's ``save_dir/name``; each run of it lives in a version folder.
-    """
+    """The most recently written ``last*.ckpt`` in ``root/*/checkpoints``, or ``None``."""
     return newest(Path(root).glob("*/checkpoints/last*.ckpt"))
 
 
@@ -140,10 +123,7 @@ def newest(paths: Iterable[Path]) -> Path | None:
 
 
 def monitor_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
-    """The saved state of the fit's monitoring checkpoint callback (monitor, best score and file).
-
-    The one with a ``monitor`` among the checkpoint's callback states; ``None`` if none.
-    """
+    """The saved state of the checkpoint's monitoring checkpoint callback, or ``None``."""
     for state in (checkpoint.get("callbacks") or {}).values():
         if isinstance(state, dict) and state.get("monitor") and "best_model_path" in state:
             return state
@@ -151,10 +131,6 @@ def monitor_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def best_checkpoint(checkpoint: str | Path) -> Path | None:
-    """The best checkpoint that a fit's monitoring ``ModelCheckpoint`` recorded in ``checkpoint``.
-
-    Read from the callback's saved state (``best_model_path``), so a new process finds the best
-    checkpoint of an earlier fit from its ``last.ckpt``; ``None`` if none was recorded.
-    """
+    """The best checkpoint that the monitoring ``ModelCheckpoint`` recorded in ``checkpoint``."""
     state = monitor_state(read_checkpoint(checkpoint, mmap=True))
     return Path(state["best_model_path"]) if state and state.get("best_model_path") else None

@@ -8,6 +8,7 @@ import torch
 
 from graphormer_sepnorm.checkpoints import FORMAT_KEY
 from graphormer_sepnorm.convert import convert
+from graphormer_sepnorm.ensemble import callback as callback_module
 from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.ensemble.callback import FingerprintGPBlend, why_off
 from graphormer_sepnorm.ensemble.fingerprint_gp import FingerprintGP
@@ -137,3 +138,17 @@ def test_a_checkpoint_whose_module_held_the_gp_converts_and_blends_as_before():
     with torch.no_grad():
         expected = 0.5 * module(batch) + 0.5 * gp(batch.mol_x)
         torch.testing.assert_close(blend(batch), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_the_fit_passes_its_evidence_rows_to_the_gp(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(FingerprintGP, "fit", lambda self, x, y, **kw: seen.update(kw))
+    assert FingerprintGPBlend(weight=0.5).evidence_rows == 1000
+    with pytest.raises(ValueError, match="evidence_rows"):
+        FingerprintGPBlend(weight=0.5, evidence_rows=1)
+    callback = FingerprintGPBlend(weight=0.5, evidence_rows=None)
+    callback.blend = BlendedModel(FingerprintGP({"morgan": (0, 4)}, 1), 0.5)
+    monkeypatch.setattr(callback_module, "training_features",
+                        lambda datamodule: (torch.zeros(3, 4), torch.zeros(3, 1)))
+    callback.on_fit_start(SimpleNamespace(datamodule=None, is_global_zero=True), None)
+    assert seen == {"evidence_rows": None}

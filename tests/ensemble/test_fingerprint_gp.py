@@ -8,6 +8,7 @@ import torch
 from graphormer_sepnorm.ensemble.fingerprint_gp import (
     FingerprintGP,
     _evidence_gradient,
+    _maximize_evidence,
     gp_columns,
     minmax_similarity,
 )
@@ -122,3 +123,25 @@ def test_a_gp_cast_to_bfloat16_still_predicts_in_float32():
     predicted = gp(x.to(torch.bfloat16))
     assert predicted.dtype == torch.float32
     torch.testing.assert_close(predicted, expected, atol=0.05, rtol=0.02)
+
+
+def test_hyperparameters_from_a_subset_weights_from_all():
+    x = torch.cat([_counts(40, 12, 7), torch.randn(40, 3, generator=torch.Generator()
+                                                   .manual_seed(8))], 1)
+    y = x[:, 12:13] - 0.5 * x[:, :1]
+    slices = {"morgan": (0, 12), "rdkit2d": (12, 15)}
+    full, same, sub = (FingerprintGP(slices, 1) for _ in range(3))
+    full.fit(x, y, steps=25)
+    same.fit(x, y, steps=25, evidence_rows=40)  # as many as there are: all of them
+    sub.fit(x, y, steps=25, evidence_rows=15)
+    torch.testing.assert_close(same.hyper, full.hyper, rtol=0, atol=0)
+    # the subset's hyperparameters maximize the evidence of those 15 molecules' targets
+    # (standardized with all 40's mean and deviation)...
+    pick = torch.randperm(40, generator=torch.Generator().manual_seed(0))[:15].sort().values
+    train = full._select(x).to(torch.float16).double()[pick]
+    z = (y[:, 0].double() - y[:, 0].double().mean()) / y[:, 0].double().std()
+    expected = _maximize_evidence(full._parts(train, train), z[pick], 25, 0.05)
+    torch.testing.assert_close(sub.hyper[0], expected.float(), rtol=0, atol=0)
+    # ...and its weights and leave-one-out residuals are solved on all 40
+    assert sub.alpha.shape == (40, 1) and bool((sub.loo_sq > 0).all())
+    assert not torch.equal(sub.hyper, full.hyper)

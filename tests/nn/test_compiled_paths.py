@@ -17,9 +17,9 @@ from grid.test_store import mixed_graphs
 from nn.test_backends import assert_same, model_pair, run
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import graphormer_sepnorm.nn.cuda as cuda_attention
 from graphormer_sepnorm.grid import GridBatch, GridGraphs
 from graphormer_sepnorm.nn import BiasedMultiheadAttention, Graphormer, set_backend
-from graphormer_sepnorm.nn.cuda import attention as cuda_attention
 from graphormer_sepnorm.nn.cuda import padded_attention
 from graphormer_sepnorm.nn.dropout import dropout
 from graphormer_sepnorm.nn.node_encoders import FeatureEmbedding

@@ -1,6 +1,6 @@
 import pytest
 
-from graphormer_sepnorm.training.schedule import resolve_warmup, warmup_polynomial_decay
+from graphormer_sepnorm.training.optimization import resolve_warmup, warmup_polynomial_decay
 
 
 def lr(step: int, power: float = 1.0) -> float:

@@ -1,11 +1,7 @@
-"""The CPU backend: everything that exists only to make the model fast on a CPU.
+"""The CPU wing: the reference model's encoder, computed faster on a CPU (:mod:`.encoder`).
 
-It plugs into the reference :class:`~graphormer_sepnorm.nn.model.Graphormer` through
-:func:`graphormer_sepnorm.nn.backends.set_backend` and runs the same modules and parameters
-(a checkpoint trained with either runs on the other); the reference never imports it.
-:func:`encode_if_applicable` is the ``'auto'`` backend, :func:`encode_or_raise` the ``'cpu'``
-one. How it computes the same function faster: :mod:`.encoder`; what it buys: the results page
-``docs/results/cpu_training_speed.md``.
+Plugged in by :func:`~graphormer_sepnorm.nn.backends.set_backend`: :func:`encode_if_applicable`
+is the ``'auto'`` backend, :func:`encode_or_raise` the ``'cpu'`` one.
 """
 
 from __future__ import annotations

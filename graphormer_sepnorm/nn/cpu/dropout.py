@@ -1,9 +1,4 @@
-"""Dropout whose mask is cheap to draw on the CPU.
-
-Two CPU paths: the fused C kernel (:mod:`~graphormer_sepnorm.nn.cpu.native.fused_dropout`: one
-pass, the mask a hash drawn again in backward) for float32 where it can be built, and otherwise
-a ``uint8`` mask from NumPy's fast generator (:func:`keep_mask`). Elsewhere ``F.dropout``.
-"""
+"""Dropout on the CPU: the fused C kernel where it runs, else a cheap ``uint8`` mask."""
 
 from __future__ import annotations
 
@@ -14,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphormer_sepnorm.nn.cpu.drop_rate import LEVELS, drop_levels, keep_scale
-from graphormer_sepnorm.nn.cpu.native import fused_dropout
+from graphormer_sepnorm.nn.cpu.native import LEVELS, drop_levels, fused_dropout, keep_scale
 
 __all__ = ["apply_mask", "dropout", "keep_mask", "keep_scale"]
 
@@ -24,17 +18,11 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float,
               generator: torch.Generator | None = None) -> tuple[Tensor, float]:
     """A CPU dropout mask from 16-bit slices of 64-bit random words, and its rescale factor.
 
-    ``torch.bernoulli`` draws one random number per element and dominated CPU training time (a
-    third of a Graphormer step). Four 16-bit slices of each 64-bit word give four independent
-    uniform draws, so the mask costs a quarter of the generator calls. The drop probability is
-    rounded to a multiple of 2^-16 (0.1 becomes 0.100006); the returned scale is the exact
-    inverse keep rate, so expectations are preserved.
-
-    The words come from NumPy's SFC64 generator, twice as fast as torch's Mersenne Twister,
-    seeded with one draw from ``generator``: seeding torch still makes masks reproducible.
-
-    The mask is ``uint8`` (1 = keep), not ``bool``: on the CPU, casting ``bool`` to float or
-    multiplying a float tensor by a ``bool`` one is 10x slower than the same with ``uint8``.
+    ``torch.bernoulli`` (one draw an element) took a third of a CPU training step; four 16-bit
+    slices of each word of NumPy's SFC64 generator (twice as fast as torch's Mersenne Twister)
+    cost a quarter of the calls. Seeded with one draw from ``generator``, so seeding torch keeps
+    masks reproducible. ``uint8``, not ``bool``: on the CPU, products with a ``bool`` tensor are
+    10x slower. ``p`` is rounded to 65,536ths (:func:`~.native.keep_scale`).
 
     Args:
         shape: the mask's shape.
@@ -59,11 +47,7 @@ def apply_mask(x: Tensor, keep: Tensor, scale: float) -> Tensor:
 
 
 class _MaskedScale(torch.autograd.Function):
-    """``x * keep * scale`` that keeps only the ``uint8`` mask for backward (1 byte an element).
-
-    A plain ``x * float_mask`` keeps the float mask: 4 bytes an element, for every dropout of
-    every layer, most of a CPU training step's memory after the attention scores.
-    """
+    """``x * keep * scale`` keeping only the ``uint8`` mask for backward (not 4 bytes a float)."""
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: Tensor, keep: Tensor,

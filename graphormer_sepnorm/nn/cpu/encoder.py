@@ -1,19 +1,7 @@
-"""The CPU backend's encoder: the reference model's layers on packed size groups.
+"""The CPU wing's encoder: the reference model's own modules run on packed size groups.
 
-It runs :meth:`Graphormer.encode <graphormer_sepnorm.nn.model.Graphormer.encode>` with the
-model's own modules and parameters, computing the same function differently:
-
-- **Packed size groups.** The graphs are sorted by size and grouped
-  (:mod:`.size_groups`); each graph keeps only its group's length ``L_g`` of the padded
-  grid's ``L`` positions, and every token-wise part (norms, projections, FFN, dropouts) runs on
-  the ``T = sum B_g * L_g`` token rows instead of ``B * L``.
-- **Attention** per group, from biases built straight from the atom pairs' (:mod:`.group_bias`):
-  the fused C kernel (:mod:`.native.fused_attention`) in float32, the head-major torch blocks
-  (:mod:`.head_major`) otherwise.
-- **SepNorm** as one autograd node (:mod:`.fused_sepnorm`), hop sums block by block
-  (:mod:`~graphormer_sepnorm.nn.cpu.hops`), dropout masks from cheap generators
-  (:mod:`~graphormer_sepnorm.nn.cpu.dropout`).
-
+Every token-wise part runs on the groups' ``T = sum B_g * L_g`` token rows (:mod:`.size_groups`)
+instead of the padded ``B * L``; how each part is computed: ``docs/concepts/device_wings.md``.
 Outputs, gradients and BatchNorm statistics equal the reference's up to float rounding
 (``tests/nn/test_backends.py``); dropout draws differ.
 """

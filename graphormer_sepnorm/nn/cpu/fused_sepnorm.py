@@ -1,17 +1,9 @@
 """SepNorm's default pair (BatchNorm on the graph token, LayerNorm on the atoms) as one Function.
 
-It takes the tokens as rows ``[T, D]`` and the graph tokens' rows, so it serves the padded grid
-``[B, L, D]`` (rows ``0, L, 2L, ...``) and the CPU path's packed size groups alike.
-
-Composed from autograd operators, ``out = layer_norm(x); out[:, 0] = batch_norm(x[:, 0])`` costs
-three extra passes over the whole ``[B, L, D]`` gradient in backward: the in-place write clones
-it, and the select of position 0 scatters its gradient into a zero tensor that is then added to
-the LayerNorm's. Here backward runs the two norms' backward kernels once and writes row 0 of the
-input gradient in place. LayerNorm is per token, so its gradient for row 0 (which the output does
-not use) is simply overwritten, and its weight and bias gradients drop row 0's share.
-
-Used by :class:`~graphormer_sepnorm.nn.sepnorm.SepNorm` on the CPU in float32 and float64, outside
-autocast and DDP synchronization; the composed path stays the reference for everything else.
+Composed from autograd operators, the pair clones the whole ``[T, D]`` gradient and adds a
+zero-padded copy of the graph tokens' in backward; here backward runs both norms' kernels once
+and overwrites the graph tokens' rows of the input gradient in place (1-3% of a training step,
+``docs/results/cpu_training_speed.md``).
 """
 
 from __future__ import annotations
@@ -29,9 +21,8 @@ class _LayerNormBatchNormFirst(torch.autograd.Function):
                 bn_eps: float) -> Tensor:
         dim = x.shape[-1]
         out, mean, rstd = torch.native_layer_norm(x, (dim,), ln_weight, ln_bias, ln_eps)
-        # BatchNorm's CPU kernels take 2-3x longer on strided rows than on a contiguous copy
-        # of them (a few KB). Updates the running statistics in place when batch_stats, as
-        # BatchNorm1d does.
+        # a contiguous copy: BatchNorm's CPU kernels take 2-3x longer on strided rows. Updates
+        # the running statistics in place when batch_stats, as BatchNorm1d does.
         x_first = x.index_select(0, first_rows)
         first, save_mean, save_invstd = torch.native_batch_norm(
             x_first, bn_weight, bn_bias, running_mean, running_var, batch_stats, momentum, bn_eps)
@@ -86,12 +77,3 @@ def layer_norm_batch_norm_rows(x: Tensor, first_rows: Tensor, layer_norm: nn.Lay
         x, first_rows, layer_norm.weight, layer_norm.bias, batch_norm.weight, batch_norm.bias,
         batch_norm.running_mean, batch_norm.running_var, batch_stats, batch_norm.momentum,
         layer_norm.eps, batch_norm.eps)
-
-
-def layer_norm_batch_norm_first(x: Tensor, layer_norm: nn.LayerNorm,
-                                batch_norm: nn.BatchNorm1d, batch_stats: bool) -> Tensor:
-    """:func:`layer_norm_batch_norm_rows` for ``x`` ``[B, L, D]`` with position 0 as the rows."""
-    b, length, dim = x.shape
-    rows = torch.arange(0, b * length, length, device=x.device)
-    return layer_norm_batch_norm_rows(x.reshape(b * length, dim), rows, layer_norm, batch_norm,
-                                      batch_stats).view(b, length, dim)

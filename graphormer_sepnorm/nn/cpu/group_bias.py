@@ -1,13 +1,8 @@
-"""The attention bias of each size group, built straight from the atom pairs' biases.
+"""The attention bias of each size group, written straight from the atom pairs' biases.
 
-:class:`~graphormer_sepnorm.nn.bias_encoders.AttentionBias` builds one ``[B, H, L, L]`` tensor
-padded to the batch's largest graph; cutting it into per-group tensors would make backward paste
-the group gradients back into a zeroed full-size tensor before gathering the pairs' gradients.
-With one large molecule in a MolHIV batch the full tensor is five times the groups' (64 x 8 x
-91 x 91 scores against 0.8 M), and filling, copying, permuting and summing it took a tenth of
-that batch's training step. Here each group's ``[H * B_g, L_g, L_g]`` tensor is written
-directly (the pairs' values, the graph token's virtual distance, ``-inf`` on padded keys), and
-backward gathers the pairs' and the virtual distance's gradients straight from the groups'.
+Never the batch-wide ``[B, H, L, L]`` tensor: with one large molecule in a MolHIV batch it is
+five times the groups' and filling, cutting and summing it took a tenth of the training step.
+Backward gathers the pairs' and the virtual distance's gradients straight from the groups'.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Attention over groups of graphs of similar size, each padded only to its own largest graph.
+"""Groups of graphs of similar size, each padded only to its own largest graph.
 
-A batch is padded to its largest graph, and attention costs ``B * H * L^2``: one 90-atom molecule
-among 63 of 20-45 atoms makes every graph pay for 91 x 91 scores, five times the real work.
-Attention is the only part of a layer that mixes positions, and it mixes them only within a
-graph, so it can run on groups of graphs, each cut to its own length, and every other part of
-a layer is token-wise: the CPU backend runs whole layers on the groups' tokens packed as rows
-(``sum B_g * L_g`` of them, see :mod:`.encoder`). The result is the same up to float rounding:
-the keys cut away are padding, masked to ``-inf`` anyway.
-
-The groups are chosen once per batch by a small dynamic program over the sorted graph sizes that
-trades the score elements saved against a fixed cost per group.
+Attention costs ``B * H * L^2`` on a batch padded to its largest graph (one 90-atom molecule
+among 63 of 20-45 atoms: five times the real work), and mixes positions only within a graph, so
+it runs per group; the keys cut away are padding, masked anyway. A dynamic program over the
+sorted sizes trades the scores saved against a fixed cost per group.
 """
 
 from __future__ import annotations
@@ -22,9 +16,7 @@ from torch import Tensor
 GROUP_OVERHEAD = 40_000
 """Cost of one more group, in score elements (``graphs * heads * L^2``) of attention work.
 
-One group costs a dozen more small operator calls in forward and backward per layer, about as
-much as attention over this many score elements on a CPU core (measured on MolHIV and ZINC
-batches)."""
+Measured on MolHIV and ZINC batches (``docs/results/cpu_training_speed.md``)."""
 
 
 @dataclass
@@ -110,10 +102,8 @@ class SizeGroups:
     def token_rows(self, device: torch.device | None = None) -> Tensor | None:
         """Rows of the ``[B * L]`` token grid that the groups keep, group after group.
 
-        Group ``g``'s graphs, each cut to ``L_g`` tokens: the fused attention gathers them into
-        one ``[T, D]`` block (``T`` the sum of ``B_g * L_g``) and takes all groups in one call.
-        ``None`` when nothing is cut (one group as long as the batch). Graphs must be sorted
-        (``order`` is ``None``).
+        Each graph cut to its group's ``L_g`` tokens; ``None`` when nothing is cut. Graphs must
+        be sorted (``order`` is ``None``).
         """
         if self.order is not None:
             raise ValueError("token rows are for a batch already sorted into its groups")

@@ -3,9 +3,8 @@
 import pytest
 import torch
 
-from graphormer_sepnorm.nn.cpu.drop_rate import keep_scale
+from graphormer_sepnorm.nn.cpu.native import build, keep_scale
 from graphormer_sepnorm.nn.cpu.native import fused_attention as fa
-from graphormer_sepnorm.nn.cpu.native import threads
 
 pytestmark = pytest.mark.skipif(not fa.usable(torch.zeros(1), 10),
                                 reason="no AVX2 CPU or no C compiler here")
@@ -116,7 +115,7 @@ def test_thread_split_gives_the_same_bits(monkeypatch):
     slices = []
 
     def recording_split(call, total, work, align=1):
-        statuses = threads.run_split(call, total, work, align)
+        statuses = build.run_split(call, total, work, align)
         slices.append(len(statuses))
         return statuses
 

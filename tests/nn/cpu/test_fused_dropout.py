@@ -3,10 +3,9 @@
 import pytest
 import torch
 
-from graphormer_sepnorm.nn.cpu.drop_rate import keep_scale
 from graphormer_sepnorm.nn.cpu.dropout import dropout
+from graphormer_sepnorm.nn.cpu.native import build, keep_scale
 from graphormer_sepnorm.nn.cpu.native import fused_dropout as fd
-from graphormer_sepnorm.nn.cpu.native import threads
 
 pytestmark = pytest.mark.skipif(not fd.usable(torch.zeros(1)),
                                 reason="no AVX2 CPU or no C compiler here")
@@ -61,8 +60,8 @@ def test_thread_split_gives_the_same_bits(monkeypatch):
         outs.append(fd.fused_dropout(x, 0.2))
     assert torch.equal(*outs)
     cuts = []
-    monkeypatch.setattr(threads, "_pool", lambda workers, pid: cuts.append(workers) or
-                        threads.ThreadPoolExecutor(workers))
+    monkeypatch.setattr(build, "_pool", lambda workers, pid: cuts.append(workers) or
+                        build.ThreadPoolExecutor(workers))
     fd.fused_dropout(x, 0.2)
     assert cuts == [2]
 

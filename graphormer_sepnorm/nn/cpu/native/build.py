@@ -1,13 +1,15 @@
-"""Builds the package's C kernels at first use, with the system C compiler, and loads them.
+"""Builds the C kernels at first use with the system C compiler, loads and runs them.
 
-The kernels are plain C with AVX2 intrinsics and no Python or torch headers, so a build takes
-about a second and needs only ``cc`` (gcc or clang): no ninja, no wheel per platform. Each
-build is cached under ``$GRAPHORMER_SEPNORM_CACHE`` (default
-``~/.cache/graphormer_sepnorm``), named by a hash of the source, the flags and the compiler,
-and written through a temporary file, so processes starting together (DDP) do not clash.
+Plain C with AVX2 intrinsics and no Python or torch headers: a build takes about a second and
+needs only ``cc``. Builds are cached under ``$GRAPHORMER_SEPNORM_CACHE`` (default
+``~/.cache/graphormer_sepnorm``), named by a hash of source, flags and compiler, and written
+through a temporary file, so processes starting together (DDP) do not clash. Where the CPU lacks
+AVX2, no compiler is found or a build fails, :func:`load` warns once and the callers compute the
+same function in plain torch (dropout draws differ).
 
-Where the CPU lacks AVX2, no compiler is found or a build fails, :func:`load` warns once and
-the callers compute the same function in plain torch (dropout draws differ).
+:func:`run_split` runs a kernel over slices of its work on ``torch.get_num_threads()`` Python
+threads (ctypes drops the GIL); kernels index their work absolutely, so results (dropout masks
+included) do not depend on the split.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -26,6 +30,9 @@ import torch
 
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared", "-fno-math-errno")
 """Compiler flags; no ``-ffast-math``, which would drop the ``-inf`` of masked keys."""
+
+PARALLEL_ABOVE = 1 << 15
+"""Work (elements or scores) above which :func:`run_split` uses threads; below, one call."""
 
 
 def cache_dir() -> Path:
@@ -87,3 +94,31 @@ def load(name: str, **defines: int) -> ctypes.CDLL | None:
     warnings.warn(f"graphormer_sepnorm: plain torch instead of the {name} kernel: {why}",
                   RuntimeWarning, stacklevel=2)
     return None
+
+
+@cache
+def _pool(workers: int, pid: int) -> ThreadPoolExecutor:
+    """A pool per process: a forked child (a data loader worker) must not reuse its parent's."""
+    return ThreadPoolExecutor(workers, thread_name_prefix="graphormer_sepnorm_native")
+
+
+def run_split(call: Callable[[int, int], object], total: int, work: int,
+              align: int = 1) -> list[object]:
+    """``call(begin, end)`` over ``[0, total)``, split over threads when ``work`` is large.
+
+    Args:
+        call: runs one slice and returns the kernel's status.
+        total: units to split (pairs, elements).
+        work: how much work all units are, compared with :data:`PARALLEL_ABOVE`.
+        align: slice bounds are multiples of this (e.g. whole vectors).
+
+    Returns:
+        Each slice's return value.
+    """
+    workers = min(torch.get_num_threads(), max(total // align, 1))
+    if workers < 2 or work <= PARALLEL_ABOVE:
+        return [call(0, total)]
+    cuts = [min(total, (total * w // workers + align - 1) // align * align)
+            for w in range(workers)] + [total]
+    bounds = list(zip(cuts[:-1], cuts[1:], strict=True))
+    return list(_pool(workers, os.getpid()).map(lambda bound: call(*bound), bounds))

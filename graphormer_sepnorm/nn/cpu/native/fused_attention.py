@@ -1,27 +1,17 @@
 """Fused CPU attention (``fused_attention.c``): scores, softmax, dropout and values in one pass.
 
-Between the q/k/v projection and the output projection, plain torch runs a chain of operators
-over ``[G, L, L]`` score tensors (``baddbmm``, softmax, the dropout mask and its product, a
-batched product with only 10 output columns) and the backward's twin chain; on the CPU they
-take most of an attention block's time, not for the arithmetic but for the passes over memory.
-The C kernel does the whole thing per (head, graph) pair and per 8 queries, with the scores in
-L1, and draws the dropout mask from a hash of each score's index instead of storing it. It is
-about twice as fast in forward, and keeps only the probabilities, the dropout mask in their
-sign bits (or, above :data:`RECOMPUTE_ABOVE` scores,
-nothing), for backward (figures: ``docs/results/cpu_training_speed.md``). All size groups of a batch
-(:mod:`~graphormer_sepnorm.nn.cpu.size_groups`) go through one call and one autograd node, each
-group with its own dropout seed (:func:`group_seed`).
+Per (head, graph) pair and per 8 queries, with the scores in L1; the dropout mask is a hash of
+each score's index, carried to backward in the kept probabilities' sign bits (above
+:data:`RECOMPUTE_ABOVE` scores nothing is kept). Measured 1.9-2.6x faster than the torch path
+in inference and 1.2-2.2x in training (``docs/results/cpu_training_speed.md``). All size groups
+of a batch go through one call and one autograd node, each with its own dropout seed
+(:func:`group_seed`).
 
-Layouts: q, k and v are rows of ``qkv_t = W x^T + b`` ``[3 * D, T]`` (``T = B * L`` tokens,
-or each group's ``B_g * L_g`` after the previous group's), the projection computed
-transposed, its rows in ``nn.Linear``'s own order ``(s, h, j)`` (block, head, head dim); the
-output is ``[D, T]`` with rows ``(h, j)``, so the output projection takes it as it is; and the
-bias is **keys-first**: ``bias_t[g, key, query]`` for the pair ``g = h * B + b``. The kernel
-reads any row order through strides, so the weights are used unpermuted (the torch path of
-:mod:`~graphormer_sepnorm.nn.cpu.head_major` needs head-minor rows).
-
-:func:`usable` says when it runs: float32 on an AVX2 CPU, outside autocast, head size at most
-16, a C compiler present (see :mod:`~graphormer_sepnorm.nn.cpu.native.build`).
+Layouts: q, k and v are rows of ``qkv_t = W x^T + b`` ``[3 * D, T]`` in ``nn.Linear``'s row
+order ``(s, h, j)`` (block, head, head dim), read through strides; the output is ``[D, T]``,
+rows ``(h, j)``, as the output projection takes it; the bias is keys-first,
+``bias_t[h * B + b, key, query]``. :func:`usable` says when it runs: float32 on an AVX2 CPU,
+outside autocast, head size at most :data:`MAX_HEAD_DIM`, a C compiler present.
 """
 
 from __future__ import annotations
@@ -33,9 +23,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from graphormer_sepnorm.nn.cpu.drop_rate import drop_levels, keep_scale
-from graphormer_sepnorm.nn.cpu.native import build
-from graphormer_sepnorm.nn.cpu.native.threads import run_split
+from graphormer_sepnorm.nn.cpu.native import build, drop_levels, keep_scale
+from graphormer_sepnorm.nn.cpu.native.build import run_split
 
 RECOMPUTE_ABOVE = 1 << 22
 """Score tensors with more elements than this are recomputed in backward instead of kept."""
@@ -173,23 +162,17 @@ def fused_attention(qkv_t: Tensor, bias_t: Tensor | list[Tensor], num_heads: int
                     keep_probs: bool | None = None, lengths: list[int] | None = None) -> Tensor:
     """``dropout(softmax(scale * q k^T + bias)) v`` for all heads and graphs, in one kernel.
 
-    Graphs may come in groups of different lengths (:mod:`~graphormer_sepnorm.nn.cpu.size_groups`):
-    then ``bias_t`` is a list with one tensor per group, ``batch`` the groups' graph counts and
-    ``lengths`` their token counts, and the token columns hold each group's graphs after the
-    previous group's. One autograd node serves all groups.
-
     Args:
         qkv_t: ``[3 * D, T]`` float32, contiguous: the q, k and v projections transposed,
-            rows ``(s, h, j)`` (``nn.Linear``'s order: block, head, head dim); ``T = B * L``,
-            or the sum of ``B_g * L_g`` over groups.
+            rows ``(s, h, j)``; ``T = B * L``, or with size groups the sum of ``B_g * L_g``,
+            each group's graphs after the previous group's.
         bias_t: ``[H * B, L, L]`` float32, contiguous, keys-first: ``bias_t[h * B + b, j, i]``
             is added to query ``i``'s score for key ``j``. May require grad. With groups, one
             ``[H * B_g, L_g, L_g]`` per group.
         num_heads: ``H``.
         batch: ``B``, or each group's ``B_g``.
         scale: multiplies ``q k^T``, usually ``d ** -0.5``.
-        p: dropout on the probabilities, in steps of 2^-16 like
-            :func:`~graphormer_sepnorm.nn.cpu.dropout.keep_mask`. Default: 0.
+        p: dropout on the probabilities, in steps of 2^-16. Default: 0.
         keep_probs: keep the probabilities for backward (4 bytes a score) instead of
             recomputing them. Default: for each group up to ``RECOMPUTE_ABOVE`` scores.
         lengths: each group's ``L_g`` (with groups). Default: ``T // B``.

@@ -1,14 +1,11 @@
 """Dropout, or dropout added to a residual, in one pass (``dropout.c``).
 
-On the CPU, :func:`~graphormer_sepnorm.nn.cpu.dropout.dropout` with a stored ``uint8`` mask takes
-five passes over memory in forward (draw the random words, compare them, convert the mask to
-float, scale, multiply) and three in backward, plus a sixth for the residual sum after it.
-Here forward is one pass that also adds the residual, and backward one pass; the mask is a hash
-of each element's index and a seed (``avx2_common.h``), drawn again in backward, so nothing but
-the seed is kept. The drop probability is rounded to 65,536ths like ``keep_mask``'s.
-
+The torch path with a stored ``uint8`` mask takes five passes in forward (draw, compare, cast,
+scale, multiply) and three in backward, plus one for the residual sum; here each direction is
+one pass and the mask, a hash of each element's index and a seed, is drawn again in backward
+(98 us for 184k elements with a residual: ``docs/results/cpu_training_speed.md``).
 :func:`usable` says when it runs: float32 on an AVX2 CPU, outside autocast, fewer than 2^32
-elements, a C compiler present (see :mod:`~graphormer_sepnorm.nn.cpu.native.build`).
+elements, a C compiler present.
 """
 
 from __future__ import annotations
@@ -20,9 +17,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from graphormer_sepnorm.nn.cpu.drop_rate import drop_levels, keep_scale
-from graphormer_sepnorm.nn.cpu.native import build
-from graphormer_sepnorm.nn.cpu.native.threads import run_split
+from graphormer_sepnorm.nn.cpu.native import build, drop_levels, keep_scale
+from graphormer_sepnorm.nn.cpu.native.build import run_split
 
 _P, _I, _F, _U32, _U64 = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_uint32,
                           ctypes.c_uint64)

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from graphormer_sepnorm.nn.cpu.attention_core import biased_attention
 from graphormer_sepnorm.nn.cpu.dropout import keep_mask
+from graphormer_sepnorm.nn.cpu.head_major import biased_attention
 
 
 def inputs(dtype=torch.float64):
