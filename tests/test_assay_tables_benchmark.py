@@ -16,6 +16,7 @@ from sklearn.metrics import roc_auc_score
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import assay_sets  # noqa: E402
 import assay_tables  # noqa: E402
+import cv_plus  # noqa: E402
 
 
 def _write(path: Path, text: str) -> Path:
@@ -78,3 +79,21 @@ def test_the_split_column_keeps_scaffolds_together():
     assert sorted(set(split)) == ["test", "train", "val"]
     assert split[0] == split[1] and split[2] == split[3]  # benzene, cyclohexane scaffolds
     assert split.count("train") >= 7
+
+
+def test_cv_plus_scores_coverage_width_and_mae_of_the_predicted_rows(tmp_path):
+    test = _write(tmp_path / "test.csv", "smiles,y\nC,1.0\nCC,2.0\nCCC,5.0\n")
+    with_input = _write(tmp_path / "with_input.csv", "smiles,y,y_pred,y_lo90,y_hi90,error\n"
+                        "C,1.0,1.5,0,2,\nCC,2.0,2.0,1,3,\nCCC,5.0,3.0,2,4,\n")
+    assert [v.tolist() for v in cv_plus.read_predictions(with_input, test, "y")] == [
+        [1.0, 2.0, 5.0], [1.5, 2.0, 3.0], [0.0, 1.0, 2.0], [2.0, 3.0, 4.0]]
+    preds = _write(tmp_path / "preds.csv", "smiles,y,y_std,y_lo90,y_hi90,error\n"
+                   "C,1.5,0.1,0.0,2.0,\nCC,2.0,0.1,1.0,3.0,\nCCC,3.0,0.1,2.0,4.0,\n")
+    y, mean, lo, hi = cv_plus.read_predictions(preds, test, "y")
+    assert cv_plus.interval_scores(y, mean, lo, hi) == {
+        "test_mae": pytest.approx(2.5 / 3), "coverage90": pytest.approx(2 / 3),
+        "mean_width": pytest.approx(2.0)}
+    _write(preds, "smiles,y,y_std,y_lo90,y_hi90,error\nC,,,,,unparsable\nCC,2,0,1,3,\n"
+           "CCC,3,0,2,4,\n")
+    with pytest.raises(RuntimeError, match="not every test row"):
+        cv_plus.read_predictions(preds, test, "y")
