@@ -39,24 +39,28 @@ METHODS: dict[str, list[str]] = {
 }
 
 
-def chemprop_command(executable: Path, method: str, data: Path, seed: int, run_dir: Path
-                     ) -> list[str]:
+def chemprop_command(executable: Path, method: str, data: Path, seed: int, run_dir: Path,
+                     task_args: tuple[str, ...] | list[str] = ("--task-type", "regression"),
+                     targets: tuple[str, ...] | list[str] = ("y",)) -> list[str]:
     """The ``chemprop train`` command line of one run of ``method``.
 
     Args:
         executable: the ``chemprop`` entry point (of its own venv).
         method: a key of :data:`METHODS`.
-        data: the set's CSV (``smiles``, ``y``, ``split``).
+        data: the set's CSV (``smiles``, the ``targets``, ``split``).
         seed: chemprop's ``--pytorch-seed``.
         run_dir: chemprop's ``--output-dir``.
+        task_args: the task's arguments (``benchmarks/assay_tables.py``: classification,
+            multiclass).
+        targets: the label columns.
 
     Returns:
         The command, as a list of arguments.
     """
-    return [str(executable), "train", "--data-path", str(data), "--task-type", "regression",
-            "--smiles-columns", "smiles", "--target-columns", "y", "--splits-column", "split",
-            "--pytorch-seed", str(seed), "--num-workers", "0", "--output-dir", str(run_dir),
-            *METHODS[method]]
+    return [str(executable), "train", "--data-path", str(data), *task_args,
+            "--smiles-columns", "smiles", "--target-columns", *targets, "--splits-column",
+            "split", "--pytorch-seed", str(seed), "--num-workers", "0", "--output-dir",
+            str(run_dir), *METHODS[method]]
 
 
 def errors_on_test(run_dir: Path, test: list[tuple[str, float]]) -> tuple[float, float]:
