@@ -48,7 +48,7 @@ from graphormer_sepnorm.training.metrics import TaskMetrics, metric_suffix
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _chemprop_side as chemprop_side  # noqa: E402
-from small_data import git_commit, has_logged, logged, run_logged  # noqa: E402
+from small_data import _mean_std, git_commit, has_logged, logged, run_logged  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {"tox21": "binary", "hiv3": "multiclass"}
@@ -59,7 +59,10 @@ FIELDS = ["set", "task", "method", "seed", *(f"test_{m}" for m in METRICS), "val
           "command", "run_dir", "commit", "finished"]
 
 
-def read_table(path: Path) -> tuple[list[str], list[str], np.ndarray, list[str]]:
+Table = tuple[list[str], list[str], np.ndarray, list[str]]
+
+
+def read_table(path: Path) -> Table:
     """Label columns, SMILES, labels ``[N, T]`` (NaN where empty) and split of a set's CSV."""
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -96,11 +99,11 @@ def chemprop_outputs(run_dir: Path, labels: list[str], smiles: list[str], task: 
     return p.clamp(min=1e-12).log()
 
 
-def run_chemprop(args: argparse.Namespace, name: str, method: str, seed: int, run_dir: Path
-                 ) -> tuple[dict[str, float], tuple[float, float], list[str]]:
-    """One chemprop run: its test metrics, (wall, CPU) seconds and command."""
+def run_chemprop(args: argparse.Namespace, name: str, method: str, seed: int, run_dir: Path,
+                 table: Table) -> tuple[dict[str, float], tuple[float, float], list[str]]:
+    """One chemprop run on the set's ``table``: its test metrics, (wall, CPU) seconds, command."""
     data = args.data_dir / f"{name}.csv"
-    labels, smiles, y, split = read_table(data)
+    labels, smiles, y, split = table
     test = [i for i, k in enumerate(split) if k == "test"]
     task_args = (["--task-type", "classification"] if TASKS[name] == "binary" else
                  ["--task-type", "multiclass", "--multiclass-num-classes",
@@ -112,11 +115,10 @@ def run_chemprop(args: argparse.Namespace, name: str, method: str, seed: int, ru
     return score(TASKS[name], labels, out, torch.tensor(y[test])), times, command
 
 
-def run_ours(args: argparse.Namespace, name: str, seed: int, run_dir: Path
+def run_ours(args: argparse.Namespace, name: str, seed: int, run_dir: Path, labels: list[str]
              ) -> tuple[dict[str, float], tuple[float, float], list[str]]:
     """One fit of ours: its test metrics (and ``val_roc_auc``, the best), times and command."""
     data = args.data_dir / f"{name}.csv"
-    labels = read_table(data)[0]
     command = [*shlex.split(args.graphormer), "fit", "--config", "smiles_csv",
                "--data.path", str(data), "--data.target_columns", json.dumps(labels),
                "--data.task", TASKS[name], "--data.split", "column",
@@ -148,13 +150,6 @@ def as_row(name: str, method: str, seed: int, metrics: dict[str, float],
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
-def _mean_std(values: list[float]) -> str:
-    if not values:
-        return "-"
-    std = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-    return f"{np.mean(values):.3f} ± {std:.3f}"
-
-
 def summary(rows: list[dict[str, str]]) -> str:
     """Markdown tables: per set and method, mean ± std of each metric; per label ROC-AUC."""
     lines = []
@@ -184,6 +179,32 @@ def summary(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def run_one(args: argparse.Namespace, name: str, method: str, seed: int, table: Table) -> None:
+    """One run of ``method`` on set ``name``, its row appended to ``--results``.
+
+    Skipped when the results already hold the (set, method, seed): they are read again before
+    each run, so several of these processes can share one results file.
+    """
+    if (name, method, str(seed)) in {(r["set"], r["method"], r["seed"])
+                                     for r in read_rows(args.results)}:
+        return
+    run_dir = args.runs_dir / name / method / f"seed{seed}"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    print(f"{name} {method} seed {seed} ...", flush=True)
+    labels, _, _, split = table
+    if method == "ours":
+        commit = git_commit(args.workdir)  # the code that runs, before it runs
+        metrics, times, command = run_ours(args, name, seed, run_dir, labels)
+    else:
+        metrics, times, command = run_chemprop(args, name, method, seed, run_dir, table)
+        commit = "chemprop"
+    print(f"  test ROC-AUC {metrics['roc_auc']:.4f}, {times[0] / 60:.1f} min "
+          f"({times[1] / 60:.1f} CPU min)", flush=True)
+    append_row(args.results, as_row(name, method, seed, metrics, times, command, run_dir,
+                                    split, labels, commit), FIELDS)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -201,27 +222,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.data_dir, args.results, args.runs_dir = (
         p.resolve() for p in (args.data_dir, args.results, args.runs_dir))
-    for seed in [] if args.report_only else args.seeds:
+    seeds = [] if args.report_only else args.seeds
+    tables = {name: read_table(args.data_dir / f"{name}.csv") for name in args.sets if seeds}
+    for seed in seeds:
         for name in args.sets:
             for method in args.methods:
-                if (name, method, str(seed)) in {(r["set"], r["method"], r["seed"])
-                                                 for r in read_rows(args.results)}:
-                    continue
-                run_dir = args.runs_dir / name / method / f"seed{seed}"
-                if run_dir.exists():
-                    shutil.rmtree(run_dir)
-                print(f"{name} {method} seed {seed} ...", flush=True)
-                if method == "ours":
-                    commit = git_commit(args.workdir)  # the code that runs, before it runs
-                    metrics, times, command = run_ours(args, name, seed, run_dir)
-                else:
-                    metrics, times, command = run_chemprop(args, name, method, seed, run_dir)
-                    commit = "chemprop"
-                labels, _, _, split = read_table(args.data_dir / f"{name}.csv")
-                print(f"  test ROC-AUC {metrics['roc_auc']:.4f}, {times[0] / 60:.1f} min "
-                      f"({times[1] / 60:.1f} CPU min)", flush=True)
-                append_row(args.results, as_row(name, method, seed, metrics, times, command,
-                                                run_dir, split, labels, commit), FIELDS)
+                run_one(args, name, method, seed, tables[name])
     print(summary(read_rows(args.results)))
 
 

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
-from graphormer_sepnorm.experiment_results import commit, hardware, read_rows, utc_now
+from graphormer_sepnorm.experiment_results import commit, hardware, read_rows, test_metrics, utc_now
 
 ROOT = Path(__file__).resolve().parents[1]
 #: One thread a fit unless set (the search shares the cores out itself): multithreaded torch
@@ -75,12 +75,6 @@ def test_trial(folder: Path, trial: str, presets: list[str], csv_path: Path) -> 
         subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True,
                        env=ENV)
     return out / "test"
-
-
-def test_metrics(folder: Path) -> dict[str, float]:
-    """The last row's values of a test's ``metrics.csv``."""
-    rows = read_rows(folder / "metrics.csv")
-    return {k: float(v) for r in rows for k, v in r.items() if v and k.startswith("test/")}
 
 
 def main() -> None:
