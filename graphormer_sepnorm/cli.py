@@ -26,6 +26,7 @@ from graphormer_sepnorm.training.from_checkpoint import missing_data_file, with_
 from graphormer_sepnorm.training.report import (
     FitLog,
     fit_summary,
+    logger_folder,
     print_summary,
     run_test_of_best,
 )
@@ -72,7 +73,7 @@ class GraphormerCLI(LightningCLI):
         A fit that fails before its first step leaves no run folder behind.
         """
         started = time.perf_counter()
-        folder = _run_folder(self.trainer)
+        folder = logger_folder(self.trainer)
         fresh = folder is not None and not folder.exists()
         try:
             self.trainer.fit(**kwargs)
@@ -126,13 +127,6 @@ class GraphormerCLI(LightningCLI):
             if error is not None:
                 print(f"graphormer-sepnorm {self.subcommand}: error: {error}", file=sys.stderr)
                 raise SystemExit(2)
-
-
-def _run_folder(trainer: Any) -> Path | None:
-    """The logger's folder for this run (not created here), if the fit has a logger."""
-    logger = getattr(trainer, "logger", None)
-    folder = getattr(logger, "log_dir", None) if logger is not None else None
-    return None if folder is None else Path(folder)
 
 
 def resolve_last(config: Namespace, subcommand: str) -> None:

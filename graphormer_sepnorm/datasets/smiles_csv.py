@@ -199,16 +199,15 @@ class SmilesCSVDataModule(GraphDataModule):
         parts, how = self._split(table, keep)
         splits = {name: [by_row[keep[j]] for j in part]
                   for name, part in zip(("train", "val", "test"), parts, strict=True)}
-        self._check_labels(splits)
-        self._say(how, splits)
+        self._say(how, splits, self._check_labels(splits))
         return splits
 
-    def _check_labels(self, splits: dict[str, list[Data]]) -> None:
+    def _check_labels(self, splits: dict[str, list[Data]]) -> list[int]:
+        """Each target's number of training labels, after checking that none is 0."""
         if not splits["train"]:
             raise DataError(f"{self.path}: the training split is empty")
-        y = torch.cat([g.y for g in splits["train"]])
-        empty = [c for c, n in zip(self.target_columns, (~y.isnan()).sum(0).tolist(),
-                                   strict=True) if n == 0]
+        counts = (~torch.cat([g.y for g in splits["train"]]).isnan()).sum(0).tolist()
+        empty = [c for c, n in zip(self.target_columns, counts, strict=True) if n == 0]
         if empty:
             raise DataError(f"{self.path}: no label in the training split for column(s) "
                             f"{empty}: a model cannot learn them (remove the column, or add "
@@ -216,13 +215,13 @@ class SmilesCSVDataModule(GraphDataModule):
         for name in ("val", "test"):
             if not splits[name]:
                 warnings.warn(f"{self.path}: the {name} split is empty", stacklevel=2)
+        return counts
 
-    def _say(self, how: str, splits: dict[str, list[Data]]) -> None:
-        """Prints the split and its sizes (on the first process)."""
+    def _say(self, how: str, splits: dict[str, list[Data]], labels: list[int]) -> None:
+        """Prints the split, its sizes and each target's training labels (on process 0)."""
         if self.trainer is not None and not self.trainer.is_global_zero:
             return
         sizes = ", ".join(f"{name} {len(graphs):,}" for name, graphs in splits.items())
-        labels = (~torch.cat([g.y for g in splits["train"]]).isnan()).sum(0).tolist()
         counts = ", ".join(f"{c} {n:,}" for c, n in zip(self.target_columns, labels, strict=True))
         print(f"data: {self.path}: split {how}: {sizes} molecules; training labels: {counts}",
               flush=True)

@@ -135,8 +135,8 @@ def calibrate(members: Sequence[Member]) -> Calibration | str:
         return "a member records no data it was fit on"
     init = [dict(d["init_args"]) for d in data]
     folds = [i.pop("fold", None) for i in init]
-    if any(i != init[0] for i in init) or data[0]["class_path"] != data[1 % len(data)][
-            "class_path"]:
+    if any(i != init[0] or d["class_path"] != data[0]["class_path"]
+           for i, d in zip(init, data, strict=True)):
         return "the members were fit on different data or splits"
     if not Path(str(init[0].get("path", ""))).exists():
         return f"the data the members were fit on is not found ({init[0].get('path')})"

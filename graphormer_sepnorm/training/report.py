@@ -92,10 +92,13 @@ def _how_it_ended(trainer: Trainer, interrupted: bool) -> str:
     return "finished"
 
 
-def _run_folder(trainer: Trainer) -> str:
-    # not Trainer.log_dir: it broadcasts, and the summary is made on process 0 alone
+def logger_folder(trainer: Trainer) -> Path | None:
+    """The logger's folder for this run (not created here); ``None`` without a logger.
+
+    Not ``Trainer.log_dir``: it broadcasts, and the summary is made on process 0 alone.
+    """
     folder = getattr(trainer.logger, "log_dir", None) if trainer.logger is not None else None
-    return str(folder or trainer.default_root_dir)
+    return None if folder is None else Path(folder)
 
 
 def last_checkpoint(trainer: Trainer) -> str | None:
@@ -135,7 +138,7 @@ def fit_summary(trainer: Trainer, seconds: float, interrupted: bool = False,
     """
     lines = [f"fit {_how_it_ended(trainer, interrupted)} after {trainer.current_epoch} "
              f"epoch(s), {trainer.global_step} step(s), wall time {_duration(seconds)}",
-             f"  run folder: {_run_folder(trainer)}"]
+             f"  run folder: {logger_folder(trainer) or trainer.default_root_dir}"]
     lines += _checkpoint_lines(trainer)
     if isinstance(test, str):
         lines.append(f"  test: {test}")

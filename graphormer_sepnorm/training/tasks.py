@@ -182,14 +182,7 @@ class BinaryTask(Task):
         Returns:
             ``{'logit_scale': mean over labels}``.
         """
-        for t in range(self.num_targets):
-            present = ~torch.isnan(y[:, t])
-            labels = y[present, t].long()
-            if 0 < labels.sum() < len(labels):
-                logits = out[present, t].double()
-                self.logit_scale[t] = inverse_temperature(torch.stack([-logits, logits], 1) / 2,
-                                                          labels)
-        return {"logit_scale": self.logit_scale.mean()}
+        return fit_scales(self.logit_scale, torch.stack([-out, out], -1) / 2, y)
 
 
 class MulticlassTask(Task):
@@ -240,13 +233,28 @@ class MulticlassTask(Task):
 
         A label whose values are all one class (or missing) keeps its scale.
         """
-        logits = self._logits(out)
-        for t in range(self.num_targets):
-            present = ~torch.isnan(y[:, t])
-            labels = y[present, t].long()
-            if len(labels.unique()) > 1:
-                self.logit_scale[t] = inverse_temperature(logits[present, t].double(), labels)
-        return {"logit_scale": self.logit_scale.mean()}
+        return fit_scales(self.logit_scale, self._logits(out), y)
+
+
+def fit_scales(scale: Tensor, logits: Tensor, y: Tensor) -> dict[str, Tensor]:
+    """Sets ``scale[t]`` to each label's :func:`inverse_temperature` on its labelled rows.
+
+    Args:
+        scale: ``[T]``, changed in place; a label whose values are all one class (or missing)
+            keeps its value.
+        logits: held-out raw class logits ``[N, T, K]`` (binary: ``[-x / 2, x / 2]``, whose
+            softmax is ``sigmoid(x)``).
+        y: class indices ``[N, T]``, NaN where missing.
+
+    Returns:
+        ``{'logit_scale': mean over labels}``.
+    """
+    for t in range(y.shape[1]):
+        present = ~torch.isnan(y[:, t])
+        labels = y[present, t].long()
+        if len(labels.unique()) > 1:
+            scale[t] = inverse_temperature(logits[present, t].double(), labels)
+    return {"logit_scale": scale.mean()}
 
 
 def inverse_temperature(logits: Tensor, labels: Tensor, steps: int = 50) -> float:
