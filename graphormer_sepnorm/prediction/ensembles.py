@@ -18,6 +18,7 @@ descriptor columns.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,18 +141,11 @@ def calibrate(members: Sequence[Member]) -> Calibration | str:
         return "the members were fit on different data or splits"
     if not Path(str(init[0].get("path", ""))).exists():
         return f"the data the members were fit on is not found ({init[0].get('path')})"
-    module = _datamodule(data[0]["class_path"], data[0]["init_args"])
     if str(init[0].get("split", "")).endswith("_folds") and len(set(folds)) == len(members):
-        residuals = []
-        for member, fold in zip(members, folds, strict=True):
-            split = _datamodule(data[0]["class_path"], {**data[0]["init_args"], "fold": fold})
-            (means, _), y = _one(member, split, "test")
-            residuals.append((y.double() - means.double()).abs())
-        n = sum(len(r) for r in residuals)
-        return Calibration("cv+", residuals=residuals,
-                           note=f"CV+ on {n} out-of-fold molecules of {init[0]['path']}")
+        return _cv_plus(members, data[0], folds)
     if len(set(folds)) > 1:
         return "the members were fit on different folds, some twice"
+    module = _datamodule(data[0]["class_path"], data[0]["init_args"])
     module.setup("fit")
     outputs, y = held_out_outputs(members, module.splits["val"])
     means, _, total = combine(outputs)
@@ -159,6 +153,26 @@ def calibrate(members: Sequence[Member]) -> Calibration | str:
     q90 = [float(conformal_scale(scores[:, t])) for t in range(y.shape[1])]
     return Calibration("split", q90=q90, note=f"split-conformal on the {len(y)} validation "
                                               f"molecules of {init[0]['path']}")
+
+
+def _cv_plus(members: Sequence[Member], data: dict[str, Any], folds: list[int]) -> Calibration:
+    """CV+ on each fold model's residuals on the fold it tested.
+
+    The folds' datamodules featurize the file once between them, through a feature cache (the
+    members' own ``cache_dir``, else a temporary one): otherwise each fold would featurize
+    the whole file again.
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        init = {**data["init_args"]}
+        init["cache_dir"] = init.get("cache_dir") or scratch
+        residuals = []
+        for member, fold in zip(members, folds, strict=True):
+            split = _datamodule(data["class_path"], {**init, "fold": fold})
+            (means, _), y = _one(member, split, "test")
+            residuals.append((y.double() - means.double()).abs())
+    n = sum(len(r) for r in residuals)
+    return Calibration("cv+", residuals=residuals,
+                       note=f"CV+ on {n} out-of-fold molecules of {data['init_args']['path']}")
 
 
 def _one(member: Member, datamodule: Any, split: str) -> tuple[tuple[Tensor, Tensor | None],
