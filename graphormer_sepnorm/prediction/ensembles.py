@@ -33,6 +33,7 @@ from graphormer_sepnorm.ensemble.blend import BlendedModel
 from graphormer_sepnorm.ensemble.calibration import conformal_scale
 from graphormer_sepnorm.ensemble.members import Calibration, combine
 from graphormer_sepnorm.prediction.checkpoints import members_of_payload, read_model
+from graphormer_sepnorm.training.from_checkpoint import payload_data
 from graphormer_sepnorm.training.module import GraphormerModule
 
 __all__ = ["Member", "calibrate", "check_members", "load_members", "predictor_models"]
@@ -79,15 +80,6 @@ def load_members(sources: Sequence[str | Path], map_location: Any = "cpu") -> li
                     for module, blend, name in members_of_payload(payload, str(path))]
     check_members(members)
     return members
-
-
-def payload_data(payload: dict[str, Any]) -> dict[str, Any] | None:
-    """The datamodule settings a checkpoint records, as ``{'class_path', 'init_args'}``."""
-    hparams = dict(payload.get("datamodule_hyper_parameters") or {})
-    if "_class_path" not in hparams:
-        return None
-    return {"class_path": hparams.pop("_class_path"),
-            "init_args": {k: v for k, v in hparams.items() if not k.startswith("_")}}
 
 
 def check_members(members: Sequence[Member]) -> None:

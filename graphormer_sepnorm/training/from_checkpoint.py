@@ -35,7 +35,15 @@ def _gives_data(args: list[str]) -> bool:
 
 def checkpoint_data(path: str | Path) -> dict[str, Any] | None:
     """``{'class_path': ..., 'init_args': {...}}`` of the datamodule a checkpoint was fit on."""
-    hparams = read_checkpoint(path, mmap=True).get("datamodule_hyper_parameters") or {}
+    return payload_data(read_checkpoint(path, mmap=True))
+
+
+def payload_data(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`checkpoint_data` of a checkpoint already read; ``None`` if it records none.
+
+    The settings the CLI links from the model (``LINKED``) are left out.
+    """
+    hparams = payload.get("datamodule_hyper_parameters") or {}
     if "_class_path" not in hparams:
         return None
     init = {k: v for k, v in hparams.items() if not k.startswith("_") and k not in LINKED}
